@@ -1,0 +1,30 @@
+# Two entry points: `make run` starts Helix on the embedded default, `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+# The embedded default is a development run; production sets SECRET_KEY and DEBUG=false.
+export DEBUG ?= true
+
+.PHONY: run test bench lint
+
+$(BIN)/.installed: requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 12) else "Helix needs Python 3.12 (see .python-version); got " + sys.version)'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py serve
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

@@ -1,0 +1,11 @@
+"""The Celery application; configuration comes from Django settings prefixed ``CELERY_``."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
+
+app = Celery("helix")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

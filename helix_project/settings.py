@@ -1,0 +1,162 @@
+"""Django settings for Helix, read from the environment only.
+
+Every deployment knob comes from an environment variable; README.md lists them. With none set,
+the project runs in the embedded mode: a SQLite file in WAL mode, an in-process channel layer
+and a filesystem Celery broker, all under ``var/``.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+# Where the embedded mode keeps its SQLite files and broker queue.
+VAR_DIR = env.path("HELIX_VAR_DIR", default=BASE_DIR / "var")
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("Set SECRET_KEY (or DEBUG=true for a development run).")
+    SECRET_KEY = "django-insecure-development-only-key-never-use-in-production"
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "sessions_app",
+    "streams_app",
+    "agents_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "helix_project.urls"
+ASGI_APPLICATION = "helix_project.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database(url: str) -> dict:
+    """Return the Django database settings for a DATABASE_URL."""
+    database = env.db_url_config(url)
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at
+        # BEGIN, so concurrent writers queue on the busy timeout instead of failing to upgrade.
+        database["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env.float("SQLITE_BUSY_TIMEOUT", default=30.0),
+        }
+        # A file, not :memory:, so tests share it across threads and processes as in production.
+        database["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+    else:
+        database["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
+        database["CONN_HEALTH_CHECKS"] = True
+    return database
+
+
+DATABASES = {
+    "default": _database(env.str("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'helix.sqlite3'}")),
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env.path("STATIC_ROOT", default=VAR_DIR / "static")
+# WhiteNoise serves static files from the app directories in development and from STATIC_ROOT
+# (filled by `collectstatic`) in production, so no separate web server is needed.
+WHITENOISE_USE_FINDERS = DEBUG
+
+# Security. TLS termination is deployment-specific, so redirects and HSTS are opt-in.
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=False)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Redis serves the channel layer and, unless CELERY_BROKER_URL says otherwise, the broker.
+REDIS_URL = env.str("REDIS_URL", default="")
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _broker_dir = str(VAR_DIR / "broker")
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": _broker_dir,
+        "data_folder_out": _broker_dir,
+        "control_folder": str(VAR_DIR / "broker-control"),
+    }
+CELERY_TASK_IGNORE_RESULT = True
+
+HELIX = {
+    "SESSION_STORE": {
+        "BACKEND": "sessions_app.stores.orm.ORMSessionStateStore",
+        "OPTIONS": {},
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

@@ -1,0 +1,129 @@
+"""Domain errors of the durable record.
+
+Each carries a machine-readable `code` and a `details` dict; the API layer maps them once to HTTP
+status codes and `{"error": {"code", "message", "details"}}` bodies.
+"""
+
+from typing import Any
+
+
+class HelixError(Exception):
+    """Base of every domain error Helix raises on purpose."""
+
+    code = "helix-error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class SessionNotFound(HelixError):
+    code = "session-not-found"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"Session {session_id!r} does not exist.", session_id=session_id)
+        self.session_id = session_id
+
+
+class SessionAlreadyExists(HelixError):
+    code = "session-exists"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"Session {session_id!r} already exists.", session_id=session_id)
+        self.session_id = session_id
+
+
+class VersionConflict(HelixError):
+    """A write named an expected version that is no longer current; nothing was written."""
+
+    code = "version-conflict"
+
+    def __init__(self, session_id: str, *, expected_version: int, current_version: int) -> None:
+        super().__init__(
+            f"Session {session_id!r} is at version {current_version}, "
+            f"not the expected {expected_version}.",
+            session_id=session_id,
+            expected_version=expected_version,
+            current_version=current_version,
+        )
+        self.session_id = session_id
+        self.expected_version = expected_version
+        self.current_version = current_version
+
+
+class StateSizeExceeded(HelixError):
+    """A tool call's staged state writes are larger than the configured limit."""
+
+    code = "state-size-exceeded"
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        tool_call_id: str,
+        total_bytes: int,
+        limit: int,
+        changed_keys: list[str],
+    ) -> None:
+        super().__init__(
+            f"Tool call {tool_call_id!r} wrote {total_bytes} bytes of state (limit {limit}); "
+            f"changed keys: {', '.join(changed_keys) or '(none)'}. Keep large artifacts out of "
+            "agent state and store a reference instead.",
+            session_id=session_id,
+            tool_call_id=tool_call_id,
+            total_bytes=total_bytes,
+            limit=limit,
+            changed_keys=changed_keys,
+        )
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.total_bytes = total_bytes
+        self.limit = limit
+        self.changed_keys = changed_keys
+
+
+class MessageIdConflict(HelixError):
+    """A message id the caller chose already belongs to another session."""
+
+    code = "message-id-conflict"
+
+    def __init__(self, message_id: str) -> None:
+        super().__init__(
+            f"Message id {message_id!r} is already used by another session.",
+            message_id=message_id,
+        )
+        self.message_id = message_id
+
+
+class RunNotFound(HelixError):
+    code = "run-not-found"
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"Run {run_id!r} does not exist.", run_id=run_id)
+        self.run_id = run_id
+
+
+class RunAlreadyExists(HelixError):
+    """The run id, or the session's turn number, is taken."""
+
+    code = "run-exists"
+
+    def __init__(self, session_id: str, *, run_id: str, turn: int) -> None:
+        super().__init__(
+            f"Run {run_id!r} or turn {turn} of session {session_id!r} already exists.",
+            session_id=session_id,
+            run_id=run_id,
+            turn=turn,
+        )
+
+
+class SubSessionRefNotFound(HelixError):
+    code = "sub-session-ref-not-found"
+
+    def __init__(self, session_id: str, sub_session_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} has no sub-session {sub_session_id!r}.",
+            session_id=session_id,
+            sub_session_id=sub_session_id,
+        )

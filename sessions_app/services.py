@@ -1,0 +1,85 @@
+"""Write-side services of the durable record."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
+
+from sessions_app.errors import SessionNotFound
+from sessions_app.stores.base import SessionStateStore
+from sessions_app.stores.types import LIVE_STATUSES, SessionStatus
+
+DEFAULT_EXPIRY_ERROR = "Session expired"
+EXPIRED_FAILURE_REASON = "expired"
+
+
+@dataclass(kw_only=True, slots=True)
+class CleanupReport:
+    """What one sweep did; in a dry run, `reaped` lists what it would have failed."""
+
+    now: datetime
+    dry_run: bool
+    scanned: int = 0
+    reaped: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def expired_session_cleanup(
+    store: SessionStateStore,
+    *,
+    now: datetime | None = None,
+    error: str = DEFAULT_EXPIRY_ERROR,
+    batch_size: int = 100,
+    dry_run: bool = False,
+) -> CleanupReport:
+    """Fail every live session whose `expires_at` has passed, recording `error` on it.
+
+    Each session is failed by a compare-and-set against the version it was listed at, so a
+    session that changed since (extended, resumed, finished, deleted) is skipped and left for
+    the next sweep, two sweeps at once never fail a session twice, and a worker that later
+    commits with its old expected version is rejected instead of resurrecting it.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    report = CleanupReport(now=now or timezone.now(), dry_run=dry_run)
+    seen: set[str] = set()
+    offset = 0
+    while True:
+        page = store.list_sessions(
+            status=LIVE_STATUSES,
+            expired_by=report.now,
+            order_by="expires_at",
+            offset=offset,
+            limit=batch_size,
+        )
+        reaped_here = 0
+        for summary in page.sessions:
+            if summary.session_id in seen:
+                continue
+            seen.add(summary.session_id)
+            report.scanned += 1
+            if dry_run or _reap(store, summary.session_id, summary.version, error):
+                report.reaped.append(summary.session_id)
+                reaped_here += not dry_run
+            else:
+                report.skipped.append(summary.session_id)
+        if not page.has_more:
+            return report
+        # Reaped sessions leave the listing; the rest keep their places.
+        offset += len(page.sessions) - reaped_here
+
+
+def _reap(store: SessionStateStore, session_id: str, version: int, error: str) -> bool:
+    """Fail one expired session if it is still as it was listed; return whether it was."""
+    try:
+        result = store.compare_and_set_status(
+            session_id,
+            LIVE_STATUSES,
+            SessionStatus.FAILED,
+            error=error,
+            failure_reason=EXPIRED_FAILURE_REASON,
+            expected_version=version,
+        )
+    except SessionNotFound:
+        return False
+    return result.ok

@@ -1,0 +1,364 @@
+"""The `SessionStateStore` contract (reference 003 and 000), in Python.
+
+Every method is synchronous and has an `a`-prefixed async twin that runs it through
+`sync_to_async`, as `django.contrib.sessions` backends do. Values crossing the contract are the
+typed values of `sessions_app.stores.types`.
+
+Conventions every backend keeps (the conformance suite checks each one):
+
+- A write to a session that does not exist raises `SessionNotFound`; so does a read that returns a
+  collection. Reads that return one optional value (`load_state`, `check_interrupt_flag`,
+  `get_current_run`, `get_checkpoint`, `get_latest_checkpoint`) return `None` instead.
+- Every write to session state bumps `version`. A write given an `expected_version` that is not
+  current raises `VersionConflict` and writes nothing.
+- Messages are not state: appending or truncating them leaves `version` alone, so parallel tool
+  calls can append while a step holds its expected version.
+"""
+
+import abc
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Concatenate
+
+from asgiref.sync import sync_to_async
+
+from sessions_app.stores.types import (
+    CasResult,
+    Checkpoint,
+    CheckpointMeta,
+    CommitResult,
+    InterruptFlagInfo,
+    MergeResult,
+    Message,
+    PaginatedMessages,
+    PaginatedSessions,
+    RunRecord,
+    RunStatus,
+    SessionOrdering,
+    SessionState,
+    SessionStatus,
+    StagedChange,
+    StagedChangeStatus,
+    StagedToolChange,
+    StepWrites,
+    SubSessionRef,
+    SubSessionRefUpdate,
+)
+
+# Leaves headroom under the 2 MiB row limits some backends have (reference 001).
+DEFAULT_MAX_STAGED_CHANGES_BYTES = int(1.8 * 1024 * 1024)
+
+
+def async_twin[S, **P, R](
+    method: Callable[Concatenate[S, P], R],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
+    """Return an async method that runs the named sync method (as overridden) in a thread."""
+    name = method.__name__
+
+    async def twin(self: S, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await sync_to_async(getattr(self, name))(*args, **kwargs)
+
+    twin.__name__ = f"a{name}"
+    twin.__qualname__ = method.__qualname__.replace(name, twin.__name__)
+    twin.__doc__ = f"Async twin of `{name}`."
+    return twin
+
+
+class SessionStateStore(abc.ABC):
+    """Durable session state, messages, runs, checkpoints, interrupt flags and staging."""
+
+    def __init__(self, *, max_staged_changes_bytes: int = DEFAULT_MAX_STAGED_CHANGES_BYTES):
+        self.max_staged_changes_bytes = max_staged_changes_bytes
+
+    # Session lifecycle
+
+    @abc.abstractmethod
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        agent_type: str,
+        stream_id: str | None = None,
+        parent_session_id: str | None = None,
+        root_session_id: str | None = None,
+        owner_id: int | None = None,
+        user_id: str | None = None,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, str] | None = None,
+        custom_state: dict[str, Any] | None = None,
+        expires_at: datetime | None = None,
+        tracing_context: dict[str, Any] | None = None,
+    ) -> SessionState:
+        """Create an active session and return its state.
+
+        A missing `session_id` is generated; `stream_id` defaults to the session id. Raises
+        `SessionAlreadyExists` if the id is taken.
+        """
+
+    @abc.abstractmethod
+    def session_exists(self, session_id: str) -> bool:
+        """Return whether the session exists."""
+
+    @abc.abstractmethod
+    def delete_session(self, session_id: str) -> bool:
+        """Delete the session and everything recorded under it; return whether it existed."""
+
+    # State
+
+    @abc.abstractmethod
+    def load_state(self, session_id: str) -> SessionState | None:
+        """Return the session's state, or `None` if there is no such session."""
+
+    @abc.abstractmethod
+    def save_state(
+        self, session_id: str, state: SessionState, *, expected_version: int | None = None
+    ) -> int:
+        """Write every mutable field of `state`; return the new version.
+
+        Identity and ownership fields and the read-only views are not written.
+        """
+
+    @abc.abstractmethod
+    def save_state_and_promote_staging(
+        self,
+        session_id: str,
+        state: SessionState,
+        messages: Sequence[Message],
+        checkpoint: CheckpointMeta,
+        *,
+        expected_version: int | None = None,
+    ) -> CommitResult:
+        """Commit one step in a single transaction.
+
+        Appends `messages`, writes `state`, promotes the step's staged changes and records a
+        checkpoint at the new message count; all of it becomes visible together or not at all.
+        """
+
+    # Atomic operations
+
+    @abc.abstractmethod
+    def append_messages(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Append messages with the next gap-free sequences; return them as stored.
+
+        A message whose id the session already holds is skipped; an id held by another session
+        raises `MessageIdConflict`. A `parent_id` outside the session is dropped.
+        """
+
+    @abc.abstractmethod
+    def merge_custom_state(self, session_id: str, writes: StepWrites) -> MergeResult:
+        """Apply replace/append/delete ops to the custom state; return warnings and version."""
+
+    @abc.abstractmethod
+    def update_status(self, session_id: str, status: SessionStatus) -> int:
+        """Set the status; return the new version."""
+
+    @abc.abstractmethod
+    def increment_step_count(self, session_id: str) -> int:
+        """Add one to the step count; return the new count."""
+
+    @abc.abstractmethod
+    def compare_and_set_status(
+        self,
+        session_id: str,
+        expected_statuses: Iterable[SessionStatus],
+        new_status: SessionStatus,
+        *,
+        interrupt_context: dict[str, Any] | None = None,
+        error: str | None = None,
+        failure_reason: str | None = None,
+        expected_version: int | None = None,
+    ) -> CasResult:
+        """Set the status only if it is one of `expected_statuses` (and the version matches).
+
+        Returns `CasApplied(new_version)`, or `CasRejected(current_status, current_version)`
+        having written nothing.
+        """
+
+    # Durable interrupt flags
+
+    @abc.abstractmethod
+    def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
+        """Raise (or re-raise) the session's durable interrupt flag."""
+
+    @abc.abstractmethod
+    def check_interrupt_flag(self, session_id: str) -> InterruptFlagInfo | None:
+        """Return the raised interrupt flag, or `None`."""
+
+    @abc.abstractmethod
+    def clear_interrupt_flag(self, session_id: str) -> None:
+        """Lower the interrupt flag; lowering a lowered flag does nothing."""
+
+    # Sub-agent tracking
+
+    @abc.abstractmethod
+    def add_sub_session_refs(self, session_id: str, refs: Sequence[SubSessionRef]) -> None:
+        """Record child sessions; a child already recorded is left as it is."""
+
+    @abc.abstractmethod
+    def update_sub_session_ref(self, session_id: str, update: SubSessionRefUpdate) -> None:
+        """Update a child's status; raises `SubSessionRefNotFound` for an unknown child."""
+
+    @abc.abstractmethod
+    def get_sub_session_refs(self, session_id: str) -> list[SubSessionRef]:
+        """Return the session's children in the order they started."""
+
+    # Messages
+
+    @abc.abstractmethod
+    def get_messages(
+        self, session_id: str, *, offset: int = 0, limit: int = 100
+    ) -> PaginatedMessages:
+        """Return a page of messages in sequence order."""
+
+    @abc.abstractmethod
+    def get_message_count(self, session_id: str) -> int:
+        """Return how many messages the session holds."""
+
+    @abc.abstractmethod
+    def truncate_messages(self, session_id: str, message_count: int) -> int:
+        """Keep the first `message_count` messages, delete the rest; return how many went.
+
+        Crash recovery uses this to cut messages back to a checkpoint's message count.
+        """
+
+    # Cross-session listing
+
+    @abc.abstractmethod
+    def list_sessions(
+        self,
+        *,
+        owner_id: int | None = None,
+        user_id: str | None = None,
+        agent_type: str | None = None,
+        status: SessionStatus | Iterable[SessionStatus] | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        parent_session_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        expired_by: datetime | None = None,
+        order_by: SessionOrdering = "-created_at",
+        offset: int = 0,
+        limit: int = 50,
+    ) -> PaginatedSessions:
+        """Return a page of sessions matching every given filter.
+
+        `tags` matches sessions holding all of them; `metadata` matches each key=value pair;
+        `*_after` and `*_before` bounds are exclusive; `expired_by` matches sessions whose
+        `expires_at` is at or before the given time.
+        """
+
+    # Run tracking
+
+    @abc.abstractmethod
+    def create_run(
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        *,
+        turn: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        """Record a running run; without `turn`, the session's next turn (1 for the first).
+
+        Raises `RunAlreadyExists` if the run id or turn is taken.
+        """
+
+    @abc.abstractmethod
+    def update_run_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        step_count: int | None = None,
+        error: str | None = None,
+        completed_at: datetime | None = None,
+    ) -> RunRecord:
+        """Set a run's status; a run leaving `running` gets `completed_at` (default now)."""
+
+    @abc.abstractmethod
+    def get_current_run(self, session_id: str) -> RunRecord | None:
+        """Return the session's latest run, or `None`."""
+
+    @abc.abstractmethod
+    def list_runs(self, session_id: str) -> list[RunRecord]:
+        """Return the session's runs by turn."""
+
+    # Staging
+
+    @abc.abstractmethod
+    def stage_changes(
+        self, session_id: str, step_id: str, changes: Sequence[StagedToolChange]
+    ) -> None:
+        """Stage each tool call's state writes for the step; restaging a tool call replaces it.
+
+        Raises `StateSizeExceeded`, before writing anything, when one tool call's patches and
+        merge ops serialize to more than `max_staged_changes_bytes`.
+        """
+
+    @abc.abstractmethod
+    def promote_staging(self, session_id: str, step_id: str, checkpoint_id: str) -> int:
+        """Mark the step's staged changes promoted at the checkpoint; return how many."""
+
+    @abc.abstractmethod
+    def rollback_staging(self, session_id: str, step_id: str) -> int:
+        """Mark the step's staged changes rolled back; return how many."""
+
+    @abc.abstractmethod
+    def get_staged_changes(
+        self,
+        session_id: str,
+        *,
+        step_id: str | None = None,
+        status: StagedChangeStatus | None = None,
+    ) -> list[StagedChange]:
+        """Return staged changes in the order they were staged."""
+
+    # Checkpoints
+
+    @abc.abstractmethod
+    def get_checkpoint(self, session_id: str, checkpoint_id: str) -> Checkpoint | None:
+        """Return one of the session's checkpoints, or `None`."""
+
+    @abc.abstractmethod
+    def list_checkpoints(self, session_id: str, *, limit: int | None = None) -> list[Checkpoint]:
+        """Return the session's checkpoints, newest first."""
+
+    @abc.abstractmethod
+    def get_latest_checkpoint(self, session_id: str) -> Checkpoint | None:
+        """Return the session's newest checkpoint, or `None`."""
+
+    acreate_session = async_twin(create_session)
+    asession_exists = async_twin(session_exists)
+    adelete_session = async_twin(delete_session)
+    aload_state = async_twin(load_state)
+    asave_state = async_twin(save_state)
+    asave_state_and_promote_staging = async_twin(save_state_and_promote_staging)
+    aappend_messages = async_twin(append_messages)
+    amerge_custom_state = async_twin(merge_custom_state)
+    aupdate_status = async_twin(update_status)
+    aincrement_step_count = async_twin(increment_step_count)
+    acompare_and_set_status = async_twin(compare_and_set_status)
+    aset_interrupt_flag = async_twin(set_interrupt_flag)
+    acheck_interrupt_flag = async_twin(check_interrupt_flag)
+    aclear_interrupt_flag = async_twin(clear_interrupt_flag)
+    aadd_sub_session_refs = async_twin(add_sub_session_refs)
+    aupdate_sub_session_ref = async_twin(update_sub_session_ref)
+    aget_sub_session_refs = async_twin(get_sub_session_refs)
+    aget_messages = async_twin(get_messages)
+    aget_message_count = async_twin(get_message_count)
+    atruncate_messages = async_twin(truncate_messages)
+    alist_sessions = async_twin(list_sessions)
+    acreate_run = async_twin(create_run)
+    aupdate_run_status = async_twin(update_run_status)
+    aget_current_run = async_twin(get_current_run)
+    alist_runs = async_twin(list_runs)
+    astage_changes = async_twin(stage_changes)
+    apromote_staging = async_twin(promote_staging)
+    arollback_staging = async_twin(rollback_staging)
+    aget_staged_changes = async_twin(get_staged_changes)
+    aget_checkpoint = async_twin(get_checkpoint)
+    alist_checkpoints = async_twin(list_checkpoints)
+    aget_latest_checkpoint = async_twin(get_latest_checkpoint)

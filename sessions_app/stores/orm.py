@@ -1,0 +1,789 @@
+"""`SessionStateStore` on the Django ORM, for SQLite and PostgreSQL.
+
+Every write to a session first locks its row (`SELECT ... FOR UPDATE` on PostgreSQL; SQLite
+transactions are IMMEDIATE, so the writer holds the database lock from BEGIN). Values read from
+the locked row are current, and later statements in the transaction see every commit that came
+before the lock, which is what keeps message sequences gap-free and versions honest.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from sessions_app import models
+from sessions_app.errors import (
+    RunAlreadyExists,
+    RunNotFound,
+    SessionAlreadyExists,
+    SessionNotFound,
+    SubSessionRefNotFound,
+    VersionConflict,
+)
+from sessions_app.stores import rules
+from sessions_app.stores.base import SessionStateStore
+from sessions_app.stores.types import (
+    CasApplied,
+    CasRejected,
+    CasResult,
+    Checkpoint,
+    CheckpointMeta,
+    CommitResult,
+    InterruptFlagInfo,
+    MergeResult,
+    Message,
+    MessageRole,
+    PaginatedMessages,
+    PaginatedSessions,
+    RunRecord,
+    RunStatus,
+    SessionOrdering,
+    SessionState,
+    SessionStatus,
+    SessionSummary,
+    StagedChange,
+    StagedChangeStatus,
+    StagedToolChange,
+    StepWrites,
+    SubSessionMode,
+    SubSessionRef,
+    SubSessionRefUpdate,
+    merge_op_from_json,
+    merge_op_to_json,
+)
+
+_SUMMARY_FIELDS = (
+    "id",
+    "agent_type",
+    "status",
+    "step_count",
+    "message_count",
+    "parent_session_id",
+    "root_session_id",
+    "owner_id",
+    "user_id",
+    "tags",
+    "metadata",
+    "expires_at",
+    "version",
+    "created_at",
+    "updated_at",
+)
+_ORDERINGS = {
+    "created_at": (F("created_at").asc(), F("id").asc()),
+    "-created_at": (F("created_at").desc(), F("id").desc()),
+    "updated_at": (F("updated_at").asc(), F("id").asc()),
+    "-updated_at": (F("updated_at").desc(), F("id").desc()),
+    "expires_at": (F("expires_at").asc(nulls_last=True), F("id").asc()),
+}
+
+
+class ORMSessionStateStore(SessionStateStore):
+    # Session lifecycle
+
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        agent_type: str,
+        stream_id: str | None = None,
+        parent_session_id: str | None = None,
+        root_session_id: str | None = None,
+        owner_id: int | None = None,
+        user_id: str | None = None,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, str] | None = None,
+        custom_state: dict[str, Any] | None = None,
+        expires_at: datetime | None = None,
+        tracing_context: dict[str, Any] | None = None,
+    ) -> SessionState:
+        session_id = rules.check_identifier("session id", session_id or models.generate_id())
+        now = timezone.now()
+        row = models.AgentSession(
+            id=session_id,
+            agent_type=rules.check_identifier("agent type", agent_type),
+            stream_id=rules.check_identifier("stream id", stream_id or session_id),
+            parent_session_id=parent_session_id or "",
+            root_session_id=root_session_id or "",
+            owner_id=owner_id,
+            user_id=user_id or "",
+            tags=list(tags),
+            metadata=dict(metadata or {}),
+            custom_state=custom_state,
+            expires_at=expires_at,
+            tracing_context=tracing_context,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError:
+            if self.session_exists(session_id):
+                raise SessionAlreadyExists(session_id) from None
+            raise
+        return _session_state(row)
+
+    def session_exists(self, session_id: str) -> bool:
+        return models.AgentSession.objects.filter(pk=session_id).exists()
+
+    def delete_session(self, session_id: str) -> bool:
+        deleted, _ = models.AgentSession.objects.filter(pk=session_id).delete()
+        return deleted > 0
+
+    # State
+
+    def load_state(self, session_id: str) -> SessionState | None:
+        row = (
+            models.AgentSession.objects.select_related("interrupt_flag")
+            .filter(pk=session_id)
+            .first()
+        )
+        return None if row is None else _session_state(row)
+
+    def save_state(
+        self, session_id: str, state: SessionState, *, expected_version: int | None = None
+    ) -> int:
+        with transaction.atomic():
+            version = _lock(session_id, "version")["version"]
+            _check_version(session_id, expected_version, version)
+            return _write_state(session_id, version, **_state_columns(state))
+
+    def save_state_and_promote_staging(
+        self,
+        session_id: str,
+        state: SessionState,
+        messages: Sequence[Message],
+        checkpoint: CheckpointMeta,
+        *,
+        expected_version: int | None = None,
+    ) -> CommitResult:
+        with transaction.atomic():
+            locked = _lock(session_id, "version", "message_count")
+            _check_version(session_id, expected_version, locked["version"])
+            now = timezone.now()
+            appended = _insert_messages(session_id, messages, now)
+            message_count = locked["message_count"] + len(appended)
+            columns = _state_columns(state)
+            new_version = _write_state(
+                session_id, locked["version"], message_count=message_count, **columns
+            )
+            snapshot = rules.checkpoint_snapshot(state, new_version, message_count)
+            row = models.Checkpoint.objects.create(
+                session_id=session_id,
+                run_id=checkpoint.run_id or "",
+                step_id=checkpoint.step_id,
+                step_count=checkpoint.step_count,
+                message_count=message_count,
+                stream_sequence=checkpoint.stream_sequence,
+                state=snapshot,
+                created_at=now,
+            )
+            _staged(session_id, checkpoint.step_id).update(
+                status=StagedChangeStatus.PROMOTED, checkpoint_id=row.id
+            )
+        return CommitResult(checkpoint_id=row.id, new_version=new_version)
+
+    # Atomic operations
+
+    def append_messages(self, session_id: str, messages: Sequence[Message]) -> list[Message]:
+        with transaction.atomic():
+            message_count = _lock(session_id, "message_count")["message_count"]
+            appended = _insert_messages(session_id, messages, timezone.now())
+            if appended:
+                models.AgentSession.objects.filter(pk=session_id).update(
+                    message_count=message_count + len(appended), updated_at=timezone.now()
+                )
+        return appended
+
+    def merge_custom_state(self, session_id: str, writes: StepWrites) -> MergeResult:
+        with transaction.atomic():
+            locked = _lock(session_id, "custom_state", "version")
+            custom_state, warnings = rules.apply_merge_ops(locked["custom_state"], writes)
+            new_version = _write_state(session_id, locked["version"], custom_state=custom_state)
+        return MergeResult(warnings=warnings, new_version=new_version)
+
+    def update_status(self, session_id: str, status: SessionStatus) -> int:
+        status = SessionStatus(status)
+        with transaction.atomic():
+            version = _lock(session_id, "version")["version"]
+            return _write_state(session_id, version, status=status)
+
+    def increment_step_count(self, session_id: str) -> int:
+        with transaction.atomic():
+            locked = _lock(session_id, "step_count", "version")
+            step_count = locked["step_count"] + 1
+            _write_state(session_id, locked["version"], step_count=step_count)
+        return step_count
+
+    def compare_and_set_status(
+        self,
+        session_id: str,
+        expected_statuses: Iterable[SessionStatus],
+        new_status: SessionStatus,
+        *,
+        interrupt_context: dict[str, Any] | None = None,
+        error: str | None = None,
+        failure_reason: str | None = None,
+        expected_version: int | None = None,
+    ) -> CasResult:
+        expected = rules.normalize_statuses(expected_statuses)
+        columns: dict[str, Any] = {"status": SessionStatus(new_status)}
+        if interrupt_context is not None:
+            columns["interrupt_context"] = interrupt_context
+        if error is not None:
+            columns["error"] = error
+        if failure_reason is not None:
+            columns["failure_reason"] = failure_reason
+        with transaction.atomic():
+            locked = _lock(session_id, "status", "version")
+            if locked["status"] not in expected or (
+                expected_version is not None and expected_version != locked["version"]
+            ):
+                return CasRejected(
+                    current_status=SessionStatus(locked["status"]),
+                    current_version=locked["version"],
+                )
+            return CasApplied(new_version=_write_state(session_id, locked["version"], **columns))
+
+    # Durable interrupt flags
+
+    def set_interrupt_flag(self, session_id: str, reason: str | None = None) -> None:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            models.InterruptFlag.objects.update_or_create(
+                session_id=session_id,
+                defaults={"reason": reason or "", "set_at": timezone.now()},
+            )
+
+    def check_interrupt_flag(self, session_id: str) -> InterruptFlagInfo | None:
+        row = models.InterruptFlag.objects.filter(session_id=session_id).first()
+        return None if row is None else _interrupt_flag(row)
+
+    def clear_interrupt_flag(self, session_id: str) -> None:
+        models.InterruptFlag.objects.filter(session_id=session_id).delete()
+
+    # Sub-agent tracking
+
+    def add_sub_session_refs(self, session_id: str, refs: Sequence[SubSessionRef]) -> None:
+        now = timezone.now()
+        rows = [
+            models.SubSessionRef(
+                session_id=session_id,
+                sub_session_id=rules.check_identifier("sub-session id", ref.sub_session_id),
+                agent_type=ref.agent_type,
+                parent_tool_call_id=ref.parent_tool_call_id,
+                status=SessionStatus(ref.status),
+                mode=ref.mode,
+                name=ref.name or "",
+                remote=ref.remote,
+                started_at=ref.started_at or now,
+                completed_at=ref.completed_at,
+            )
+            for ref in refs
+        ]
+        with transaction.atomic():
+            _lock(session_id, "id")
+            models.SubSessionRef.objects.bulk_create(rows, ignore_conflicts=True)
+
+    def update_sub_session_ref(self, session_id: str, update: SubSessionRefUpdate) -> None:
+        status = SessionStatus(update.status)
+        with transaction.atomic():
+            _lock(session_id, "id")
+            updated = models.SubSessionRef.objects.filter(
+                session_id=session_id, sub_session_id=update.sub_session_id
+            ).update(status=status, completed_at=update.completed_at)
+        if not updated:
+            raise SubSessionRefNotFound(session_id, update.sub_session_id)
+
+    def get_sub_session_refs(self, session_id: str) -> list[SubSessionRef]:
+        _require(session_id)
+        rows = models.SubSessionRef.objects.filter(session_id=session_id).order_by(
+            "started_at", "id"
+        )
+        return [_sub_session_ref(row) for row in rows]
+
+    # Messages
+
+    def get_messages(
+        self, session_id: str, *, offset: int = 0, limit: int = 100
+    ) -> PaginatedMessages:
+        rules.check_page(offset, limit)
+        total = _require(session_id, "message_count")["message_count"]
+        rows = models.Message.objects.filter(session_id=session_id).order_by("sequence")
+        messages = [_message(row) for row in rows[offset : offset + limit]]
+        return PaginatedMessages(
+            messages=messages,
+            total=total,
+            offset=offset,
+            limit=limit,
+            has_more=offset + len(messages) < total,
+        )
+
+    def get_message_count(self, session_id: str) -> int:
+        return _require(session_id, "message_count")["message_count"]
+
+    def truncate_messages(self, session_id: str, message_count: int) -> int:
+        if message_count < 0:
+            raise ValueError("message_count must not be negative.")
+        with transaction.atomic():
+            current = _lock(session_id, "message_count")["message_count"]
+            if message_count >= current:
+                return 0
+            messages = models.Message.objects.filter(session_id=session_id)
+            if message_count:
+                last_kept = messages.order_by("sequence").values_list("sequence", flat=True)[
+                    message_count - 1
+                ]
+                messages = messages.filter(sequence__gt=last_kept)
+            deleted, _ = messages.delete()
+            models.AgentSession.objects.filter(pk=session_id).update(
+                message_count=message_count, updated_at=timezone.now()
+            )
+        return deleted
+
+    # Cross-session listing
+
+    def list_sessions(
+        self,
+        *,
+        owner_id: int | None = None,
+        user_id: str | None = None,
+        agent_type: str | None = None,
+        status: SessionStatus | Iterable[SessionStatus] | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        parent_session_id: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        updated_after: datetime | None = None,
+        updated_before: datetime | None = None,
+        expired_by: datetime | None = None,
+        order_by: SessionOrdering = "-created_at",
+        offset: int = 0,
+        limit: int = 50,
+    ) -> PaginatedSessions:
+        rules.check_page(offset, limit)
+        if order_by not in _ORDERINGS:
+            raise ValueError(f"order_by must be one of {', '.join(_ORDERINGS)}.")
+        filters: dict[str, Any] = {
+            "owner_id": owner_id,
+            "user_id": user_id,
+            "agent_type": agent_type,
+            "parent_session_id": parent_session_id,
+            "created_at__gt": created_after,
+            "created_at__lt": created_before,
+            "updated_at__gt": updated_after,
+            "updated_at__lt": updated_before,
+            "expires_at__lte": expired_by,
+        }
+        if status is not None:
+            filters["status__in"] = rules.normalize_statuses(status)
+        if tags:
+            filters["tags__superset"] = list(tags)
+        if metadata:
+            filters["metadata__superset"] = dict(metadata)
+        sessions = models.AgentSession.objects.filter(
+            **{lookup: value for lookup, value in filters.items() if value is not None}
+        )
+        total = sessions.count()
+        rows = sessions.order_by(*_ORDERINGS[order_by]).values(*_SUMMARY_FIELDS)
+        summaries = [_session_summary(row) for row in rows[offset : offset + limit]]
+        return PaginatedSessions(
+            sessions=summaries,
+            total=total,
+            offset=offset,
+            limit=limit,
+            has_more=offset + len(summaries) < total,
+        )
+
+    # Run tracking
+
+    def create_run(
+        self,
+        session_id: str,
+        run_id: str | None = None,
+        *,
+        turn: int | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        run_id = rules.check_identifier("run id", run_id or models.generate_id())
+        try:
+            with transaction.atomic():
+                _lock(session_id, "id")
+                if turn is None:
+                    runs = models.Run.objects.filter(session_id=session_id)
+                    turn = (runs.aggregate(last=Max("turn"))["last"] or 0) + 1
+                row = models.Run.objects.create(
+                    id=run_id,
+                    session_id=session_id,
+                    turn=turn,
+                    metadata=metadata or {},
+                    started_at=timezone.now(),
+                )
+        except IntegrityError:
+            raise RunAlreadyExists(session_id, run_id=run_id, turn=turn) from None
+        return _run(row)
+
+    def update_run_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        step_count: int | None = None,
+        error: str | None = None,
+        completed_at: datetime | None = None,
+    ) -> RunRecord:
+        status = RunStatus(status)
+        with transaction.atomic():
+            row = models.Run.objects.select_for_update().filter(pk=run_id).first()
+            if row is None:
+                raise RunNotFound(run_id)
+            row.status = status
+            row.completed_at = (
+                None if status == RunStatus.RUNNING else completed_at or timezone.now()
+            )
+            update_fields = ["status", "completed_at"]
+            if step_count is not None:
+                row.step_count = step_count
+                update_fields.append("step_count")
+            if error is not None:
+                row.error = error
+                update_fields.append("error")
+            row.save(update_fields=update_fields)
+        return _run(row)
+
+    def get_current_run(self, session_id: str) -> RunRecord | None:
+        row = models.Run.objects.filter(session_id=session_id).order_by("-turn").first()
+        return None if row is None else _run(row)
+
+    def list_runs(self, session_id: str) -> list[RunRecord]:
+        _require(session_id)
+        return [
+            _run(row) for row in models.Run.objects.filter(session_id=session_id).order_by("turn")
+        ]
+
+    # Staging
+
+    def stage_changes(
+        self, session_id: str, step_id: str, changes: Sequence[StagedToolChange]
+    ) -> None:
+        rules.check_identifier("step id", step_id)
+        sizes = rules.check_staged_sizes(session_id, changes, self.max_staged_changes_bytes)
+        now = timezone.now()
+        rows = [
+            models.StagedChange(
+                session_id=session_id,
+                step_id=step_id,
+                tool_call_id=change.tool_call_id,
+                patches=change.patches,
+                merge_ops=[merge_op_to_json(op) for op in change.merge_ops],
+                size_bytes=size,
+                status=StagedChangeStatus.STAGED,
+                checkpoint_id="",
+                created_at=now,
+            )
+            for change, size in zip(changes, sizes, strict=True)
+        ]
+        with transaction.atomic():
+            _lock(session_id, "id")
+            models.StagedChange.objects.bulk_create(
+                rows,
+                update_conflicts=True,
+                unique_fields=["session", "step_id", "tool_call_id"],
+                update_fields=[
+                    "patches",
+                    "merge_ops",
+                    "size_bytes",
+                    "status",
+                    "checkpoint_id",
+                    "created_at",
+                ],
+            )
+
+    def promote_staging(self, session_id: str, step_id: str, checkpoint_id: str) -> int:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            return _staged(session_id, step_id).update(
+                status=StagedChangeStatus.PROMOTED, checkpoint_id=checkpoint_id
+            )
+
+    def rollback_staging(self, session_id: str, step_id: str) -> int:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            return _staged(session_id, step_id).update(status=StagedChangeStatus.ROLLED_BACK)
+
+    def get_staged_changes(
+        self,
+        session_id: str,
+        *,
+        step_id: str | None = None,
+        status: StagedChangeStatus | None = None,
+    ) -> list[StagedChange]:
+        _require(session_id)
+        rows = models.StagedChange.objects.filter(session_id=session_id)
+        if step_id is not None:
+            rows = rows.filter(step_id=step_id)
+        if status is not None:
+            rows = rows.filter(status=StagedChangeStatus(status))
+        return [_staged_change(row) for row in rows.order_by("created_at", "id")]
+
+    # Checkpoints
+
+    def get_checkpoint(self, session_id: str, checkpoint_id: str) -> Checkpoint | None:
+        row = models.Checkpoint.objects.filter(session_id=session_id, pk=checkpoint_id).first()
+        return None if row is None else _checkpoint(row)
+
+    def list_checkpoints(self, session_id: str, *, limit: int | None = None) -> list[Checkpoint]:
+        _require(session_id)
+        rows = models.Checkpoint.objects.filter(session_id=session_id).order_by(
+            "-created_at", "-step_count"
+        )
+        return [_checkpoint(row) for row in (rows if limit is None else rows[:limit])]
+
+    def get_latest_checkpoint(self, session_id: str) -> Checkpoint | None:
+        row = (
+            models.Checkpoint.objects.filter(session_id=session_id)
+            .order_by("-created_at", "-step_count")
+            .first()
+        )
+        return None if row is None else _checkpoint(row)
+
+
+# Locking and writing
+
+
+def _lock(session_id: str, *fields: str) -> dict[str, Any]:
+    """Lock the session's row for the current transaction; return the named fields."""
+    row = models.AgentSession.objects.select_for_update().filter(pk=session_id).values(*fields)
+    locked = row.first()
+    if locked is None:
+        raise SessionNotFound(session_id)
+    return locked
+
+
+def _require(session_id: str, *fields: str) -> dict[str, Any]:
+    """Return the named fields of the session; raise `SessionNotFound` if there is none."""
+    row = models.AgentSession.objects.filter(pk=session_id).values("id", *fields).first()
+    if row is None:
+        raise SessionNotFound(session_id)
+    return row
+
+
+def _check_version(session_id: str, expected: int | None, current: int) -> None:
+    if expected is not None and expected != current:
+        raise VersionConflict(session_id, expected_version=expected, current_version=current)
+
+
+def _write_state(session_id: str, version: int, **columns: Any) -> int:
+    """Write state columns of a locked session with the next version; return that version."""
+    models.AgentSession.objects.filter(pk=session_id).update(
+        version=version + 1, updated_at=timezone.now(), **columns
+    )
+    return version + 1
+
+
+def _insert_messages(session_id: str, messages: Sequence[Message], now: datetime) -> list[Message]:
+    """Insert messages after the session's last one; the caller holds the session lock."""
+    if not messages:
+        return []
+    last = (
+        models.Message.objects.filter(session_id=session_id)
+        .order_by("-sequence")
+        .values("id", "sequence")
+        .first()
+    )
+    wanted = rules.lookup_ids(messages)
+    stored_sessions = (
+        dict(models.Message.objects.filter(pk__in=wanted).values_list("id", "session_id"))
+        if wanted
+        else {}
+    )
+    planned = rules.plan_append(
+        session_id,
+        messages,
+        stored_sessions=stored_sessions,
+        last_message_id=last["id"] if last else None,
+        last_sequence=last["sequence"] if last else 0,
+        now=now,
+    )
+    models.Message.objects.bulk_create(
+        models.Message(
+            id=message.id,
+            session_id=session_id,
+            sequence=message.sequence,
+            parent_id=message.parent_id,
+            role=message.role,
+            content=message.content,
+            tool_calls=message.tool_calls,
+            tool_call_id=message.tool_call_id or "",
+            name=message.name or "",
+            parts=message.parts,
+            metadata=message.metadata,
+            created_at=now,
+        )
+        for message in planned
+    )
+    return planned
+
+
+def _staged(session_id: str, step_id: str):
+    return models.StagedChange.objects.filter(
+        session_id=session_id, step_id=step_id, status=StagedChangeStatus.STAGED
+    )
+
+
+def _state_columns(state: SessionState) -> dict[str, Any]:
+    """Return the model columns for the mutable fields of a state."""
+    columns = rules.state_fields(state)
+    suspension = {
+        "suspended_step_id": columns.pop("suspended_step_id"),
+        "suspended_awaiting_children": columns.pop("suspended_awaiting_children"),
+    }
+    columns["suspension_context"] = suspension if any(suspension.values()) else None
+    for name in ("error", "failure_reason", "abort_reason"):
+        columns[name] = columns[name] or ""
+    return columns
+
+
+# Rows to typed values
+
+
+def _session_state(row: models.AgentSession) -> SessionState:
+    suspension = row.suspension_context or {}
+    try:
+        flag = _interrupt_flag(row.interrupt_flag)
+    except models.InterruptFlag.DoesNotExist:
+        flag = None
+    return SessionState(
+        session_id=row.id,
+        agent_type=row.agent_type,
+        stream_id=row.stream_id,
+        parent_session_id=row.parent_session_id or None,
+        root_session_id=row.root_session_id or None,
+        custom_state=row.custom_state,
+        step_count=row.step_count,
+        status=SessionStatus(row.status),
+        output=row.output,
+        error=row.error or None,
+        failure_reason=row.failure_reason or None,
+        aborted=row.aborted,
+        abort_reason=row.abort_reason or None,
+        suspended_awaiting_children=suspension.get("suspended_awaiting_children"),
+        suspended_step_id=suspension.get("suspended_step_id"),
+        pending_client_tool_calls=row.pending_client_tool_calls,
+        completed_client_tool_calls=row.completed_client_tool_calls,
+        client_tool_call_ownership=row.client_tool_call_ownership,
+        interrupt_context=row.interrupt_context,
+        tracing_context=row.tracing_context,
+        expires_at=row.expires_at,
+        owner_id=row.owner_id,
+        user_id=row.user_id or None,
+        tags=row.tags,
+        metadata=row.metadata,
+        version=row.version,
+        resume_count=row.resume_count,
+        message_count=row.message_count,
+        interrupt_flag=flag,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _session_summary(row: dict[str, Any]) -> SessionSummary:
+    return SessionSummary(
+        session_id=row["id"],
+        agent_type=row["agent_type"],
+        status=SessionStatus(row["status"]),
+        step_count=row["step_count"],
+        message_count=row["message_count"],
+        parent_session_id=row["parent_session_id"] or None,
+        root_session_id=row["root_session_id"] or None,
+        owner_id=row["owner_id"],
+        user_id=row["user_id"] or None,
+        tags=row["tags"],
+        metadata=row["metadata"],
+        expires_at=row["expires_at"],
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _message(row: models.Message) -> Message:
+    return Message(
+        role=MessageRole(row.role),
+        content=row.content,
+        id=row.id,
+        parent_id=row.parent_id,
+        tool_calls=row.tool_calls,
+        tool_call_id=row.tool_call_id or None,
+        name=row.name or None,
+        parts=row.parts,
+        metadata=row.metadata,
+        sequence=row.sequence,
+        created_at=row.created_at,
+    )
+
+
+def _interrupt_flag(row: models.InterruptFlag) -> InterruptFlagInfo:
+    return InterruptFlagInfo(reason=row.reason or None, set_at=row.set_at)
+
+
+def _sub_session_ref(row: models.SubSessionRef) -> SubSessionRef:
+    return SubSessionRef(
+        sub_session_id=row.sub_session_id,
+        agent_type=row.agent_type,
+        parent_tool_call_id=row.parent_tool_call_id,
+        status=SessionStatus(row.status),
+        mode=SubSessionMode(row.mode),
+        name=row.name or None,
+        remote=row.remote,
+        started_at=row.started_at,
+        completed_at=row.completed_at,
+    )
+
+
+def _run(row: models.Run) -> RunRecord:
+    return RunRecord(
+        run_id=row.id,
+        session_id=row.session_id,
+        turn=row.turn,
+        status=RunStatus(row.status),
+        step_count=row.step_count,
+        error=row.error or None,
+        metadata=row.metadata,
+        started_at=row.started_at,
+        completed_at=row.completed_at,
+    )
+
+
+def _staged_change(row: models.StagedChange) -> StagedChange:
+    return StagedChange(
+        session_id=row.session_id,
+        step_id=row.step_id,
+        tool_call_id=row.tool_call_id,
+        patches=row.patches,
+        merge_ops=[merge_op_from_json(op) for op in row.merge_ops],
+        size_bytes=row.size_bytes,
+        status=StagedChangeStatus(row.status),
+        checkpoint_id=row.checkpoint_id or None,
+        created_at=row.created_at,
+    )
+
+
+def _checkpoint(row: models.Checkpoint) -> Checkpoint:
+    return Checkpoint(
+        checkpoint_id=row.id,
+        session_id=row.session_id,
+        run_id=row.run_id or None,
+        step_id=row.step_id,
+        step_count=row.step_count,
+        message_count=row.message_count,
+        stream_sequence=row.stream_sequence,
+        state=row.state,
+        created_at=row.created_at,
+    )

@@ -1,0 +1,222 @@
+"""Rules every `SessionStateStore` backend applies the same way.
+
+Keeping them here, as pure functions, means the in-memory backend cannot drift from the ORM one:
+argument checks, the custom-state merge semantics, how an append assigns ids, parents and
+sequences, and the staging size pre-flight.
+"""
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sessions_app.errors import MessageIdConflict, StateSizeExceeded
+from sessions_app.models import generate_id
+from sessions_app.stores.types import (
+    AppendOp,
+    DeleteOp,
+    Message,
+    MessageRole,
+    ReplaceOp,
+    SessionState,
+    SessionStatus,
+    StagedToolChange,
+    StepWrites,
+    merge_op_to_json,
+)
+
+MAX_IDENTIFIER_LENGTH = 255
+MAX_PAGE_SIZE = 1000
+
+# The SessionState fields `save_state` writes.
+MUTABLE_STATE_FIELDS = tuple(
+    field.name
+    for field in dataclasses.fields(SessionState)
+    if field.name not in SessionState.IDENTITY_FIELDS | SessionState.READ_ONLY_FIELDS
+)
+_OPTIONAL_TEXT_STATE_FIELDS = ("error", "failure_reason", "abort_reason", "suspended_step_id")
+
+
+def check_identifier(kind: str, value: Any) -> str:
+    """Return `value` if it is a usable identifier, else raise `ValueError` naming `kind`."""
+    if not isinstance(value, str) or not value or len(value) > MAX_IDENTIFIER_LENGTH:
+        raise ValueError(
+            f"{kind} must be a non-empty string of at most {MAX_IDENTIFIER_LENGTH} characters."
+        )
+    return value
+
+
+def check_page(offset: int, limit: int) -> None:
+    """Raise `ValueError` unless offset and limit describe a valid page."""
+    if offset < 0:
+        raise ValueError("offset must not be negative.")
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}.")
+
+
+def normalize_statuses(status: SessionStatus | Iterable[SessionStatus]) -> list[SessionStatus]:
+    """Return one status or many as a list of `SessionStatus`; unknown values raise."""
+    if isinstance(status, str):
+        return [SessionStatus(status)]
+    return [SessionStatus(each) for each in status]
+
+
+def state_fields(state: SessionState) -> dict[str, Any]:
+    """Return the fields `save_state` writes, normalized as every backend stores them."""
+    fields = {name: getattr(state, name) for name in MUTABLE_STATE_FIELDS}
+    for name in _OPTIONAL_TEXT_STATE_FIELDS:
+        fields[name] = fields[name] or None
+    fields.update(
+        stream_id=check_identifier("stream id", state.stream_id),
+        status=SessionStatus(state.status),
+        suspended_awaiting_children=state.suspended_awaiting_children or None,
+        tags=list(state.tags),
+        metadata=dict(state.metadata),
+    )
+    return fields
+
+
+def checkpoint_snapshot(state: SessionState, version: int, message_count: int) -> dict[str, Any]:
+    """Return the snapshot a checkpoint keeps of `state` as committed at `version`."""
+    committed = dataclasses.replace(
+        state, **state_fields(state), version=version, message_count=message_count
+    )
+    return committed.snapshot()
+
+
+def apply_merge_ops(
+    custom_state: dict[str, Any] | None, writes: StepWrites
+) -> tuple[dict[str, Any], list[str]]:
+    """Return the custom state after `writes`, and the warnings raised on the way.
+
+    `replace` sets a key (last writer wins), `append` extends a list (creating it if the key is
+    absent), `delete` removes a key. Appending to a key that holds something other than a list
+    is skipped with a warning rather than destroying either value.
+    """
+    state = dict(custom_state or {})
+    warnings = list(writes.warnings)
+    for op in writes.ops:
+        match op:
+            case ReplaceOp():
+                state[op.key] = op.value
+            case AppendOp():
+                current = state.get(op.key)
+                if current is None:
+                    state[op.key] = list(op.items)
+                elif isinstance(current, list):
+                    state[op.key] = [*current, *op.items]
+                else:
+                    warnings.append(
+                        f"append to {op.key!r} skipped: it holds {type(current).__name__}, "
+                        "not a list"
+                    )
+            case DeleteOp():
+                state.pop(op.key, None)
+            case _:
+                raise TypeError(f"Not a merge op: {op!r}")
+    return state, warnings
+
+
+def lookup_ids(messages: Sequence[Message]) -> set[str]:
+    """Return the caller-chosen ids and explicit parent ids an append must look up."""
+    return {message.id for message in messages if message.id is not None} | {
+        message.parent_id for message in messages if message.parent_id is not None
+    }
+
+
+def plan_append(
+    session_id: str,
+    messages: Sequence[Message],
+    *,
+    stored_sessions: Mapping[str, str],
+    last_message_id: str | None,
+    last_sequence: int,
+    now: datetime,
+) -> list[Message]:
+    """Return the messages an append stores, with ids, parents, sequences and times filled.
+
+    `stored_sessions` maps each id of `lookup_ids(messages)` that is already stored to the
+    session holding it. Ids the session already holds are skipped (a retried append is a no-op);
+    ids of other sessions raise `MessageIdConflict`. A message without a parent continues from
+    the one before it; a parent outside the session is dropped, making the message a root.
+    """
+    planned: list[Message] = []
+    batch_ids: set[str] = set()
+    previous_id = last_message_id
+    sequence = last_sequence
+    for message in messages:
+        role = MessageRole(message.role)
+        if message.id is None:
+            message_id = generate_id()
+        else:
+            message_id = check_identifier("message id", message.id)
+            holder = stored_sessions.get(message_id)
+            if holder is not None and holder != session_id:
+                raise MessageIdConflict(message_id)
+            if holder == session_id or message_id in batch_ids:
+                previous_id = message_id
+                continue
+        parent_id = message.parent_id
+        if parent_id is None:
+            parent_id = previous_id
+        elif parent_id not in batch_ids and stored_sessions.get(parent_id) != session_id:
+            parent_id = None
+        sequence += 1
+        planned.append(
+            Message(
+                role=role,
+                content=message.content or "",
+                id=message_id,
+                parent_id=parent_id,
+                tool_calls=message.tool_calls,
+                tool_call_id=message.tool_call_id or None,
+                name=message.name or None,
+                parts=message.parts,
+                metadata=message.metadata,
+                sequence=sequence,
+                created_at=now,
+            )
+        )
+        batch_ids.add(message_id)
+        previous_id = message_id
+    return planned
+
+
+def staged_change_size(change: StagedToolChange) -> int:
+    """Return the UTF-8 size of a tool call's staged patches and merge ops."""
+    payload = {
+        "patches": change.patches,
+        "merge_ops": [merge_op_to_json(op) for op in change.merge_ops],
+    }
+    return len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def changed_keys(change: StagedToolChange) -> list[str]:
+    """Return the top-level state keys a tool call's patches and merge ops touch."""
+    keys = {op.key for op in change.merge_ops}
+    for patch in change.patches:
+        first = str(patch.get("path", "")).split("/")[1:2]
+        if first:
+            keys.add(first[0].replace("~1", "/").replace("~0", "~"))
+    return sorted(keys)
+
+
+def check_staged_sizes(
+    session_id: str, changes: Sequence[StagedToolChange], limit: int
+) -> list[int]:
+    """Return each change's size; raise `StateSizeExceeded` for the first over `limit`."""
+    sizes = []
+    for change in changes:
+        check_identifier("tool call id", change.tool_call_id)
+        size = staged_change_size(change)
+        if size > limit:
+            raise StateSizeExceeded(
+                session_id,
+                tool_call_id=change.tool_call_id,
+                total_bytes=size,
+                limit=limit,
+                changed_keys=changed_keys(change),
+            )
+        sizes.append(size)
+    return sizes

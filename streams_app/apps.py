@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class StreamsAppConfig(AppConfig):
+    name = "streams_app"
+    verbose_name = "Streams"
