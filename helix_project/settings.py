@@ -15,7 +15,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
 # Where the embedded mode keeps its SQLite files and broker queue.
-VAR_DIR = env.path("HELIX_VAR_DIR", default=BASE_DIR / "var")
+VAR_DIR = Path(env.str("HELIX_VAR_DIR", default=str(BASE_DIR / "var")))
 
 DEBUG = env.bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="")
@@ -109,7 +109,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = env.path("STATIC_ROOT", default=VAR_DIR / "static")
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
 # WhiteNoise serves static files from the app directories in development and from STATIC_ROOT
 # (filled by `collectstatic`) in production, so no separate web server is needed.
 WHITENOISE_USE_FINDERS = DEBUG

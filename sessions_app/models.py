@@ -129,9 +129,11 @@ class Message(models.Model):
         AgentSession, on_delete=models.DB_CASCADE, related_name="messages", db_index=False
     )
     sequence = models.PositiveIntegerField()
+    # Not a cascade: a cascade recurses once per message down a conversation chain, which
+    # SQLite caps at 1000 levels and PostgreSQL at its stack depth.
     parent = models.ForeignKey(
         "self",
-        on_delete=models.DB_CASCADE,
+        on_delete=models.DB_SET_NULL,
         null=True,
         blank=True,
         related_name="children",

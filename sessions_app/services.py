@@ -42,31 +42,18 @@ def expired_session_cleanup(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1.")
     report = CleanupReport(now=now or timezone.now(), dry_run=dry_run)
-    seen: set[str] = set()
-    offset = 0
+    cursor = None
     while True:
-        page = store.list_sessions(
-            status=LIVE_STATUSES,
-            expired_by=report.now,
-            order_by="expires_at",
-            offset=offset,
-            limit=batch_size,
-        )
-        reaped_here = 0
-        for summary in page.sessions:
-            if summary.session_id in seen:
-                continue
-            seen.add(summary.session_id)
+        batch = store.list_expired_sessions(report.now, after=cursor, limit=batch_size)
+        for summary in batch:
             report.scanned += 1
             if dry_run or _reap(store, summary.session_id, summary.version, error):
                 report.reaped.append(summary.session_id)
-                reaped_here += not dry_run
             else:
                 report.skipped.append(summary.session_id)
-        if not page.has_more:
+        if len(batch) < batch_size:
             return report
-        # Reaped sessions leave the listing; the rest keep their places.
-        offset += len(page.sessions) - reaped_here
+        cursor = (batch[-1].expires_at, batch[-1].session_id)
 
 
 def _reap(store: SessionStateStore, session_id: str, version: int, error: str) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, Concatenate
 from asgiref.sync import sync_to_async
 
 from sessions_app.stores.types import (
+    LIVE_STATUSES,
     CasResult,
     Checkpoint,
     CheckpointMeta,
@@ -37,6 +38,7 @@ from sessions_app.stores.types import (
     SessionOrdering,
     SessionState,
     SessionStatus,
+    SessionSummary,
     StagedChange,
     StagedChangeStatus,
     StagedToolChange,
@@ -250,6 +252,22 @@ class SessionStateStore(abc.ABC):
         `expires_at` is at or before the given time.
         """
 
+    @abc.abstractmethod
+    def list_expired_sessions(
+        self,
+        now: datetime,
+        *,
+        statuses: Iterable[SessionStatus] = LIVE_STATUSES,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[SessionSummary]:
+        """Return sessions in `statuses` whose `expires_at` is at or before `now`.
+
+        Sessions come in `(expires_at, session_id)` order, starting after the `after` cursor
+        (the pair of the last session of the previous batch). A cursor, unlike an offset, never
+        skips a session when others leave the set between batches.
+        """
+
     # Run tracking
 
     @abc.abstractmethod
@@ -351,6 +369,7 @@ class SessionStateStore(abc.ABC):
     aget_message_count = async_twin(get_message_count)
     atruncate_messages = async_twin(truncate_messages)
     alist_sessions = async_twin(list_sessions)
+    alist_expired_sessions = async_twin(list_expired_sessions)
     acreate_run = async_twin(create_run)
     aupdate_run_status = async_twin(update_run_status)
     aget_current_run = async_twin(get_current_run)

@@ -28,6 +28,7 @@ from sessions_app.models import generate_id
 from sessions_app.stores import rules
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.types import (
+    LIVE_STATUSES,
     CasApplied,
     CasRejected,
     CasResult,
@@ -117,7 +118,9 @@ class InMemorySessionStateStore(SessionStateStore):
         expires_at: datetime | None = None,
         tracing_context: dict[str, Any] | None = None,
     ) -> SessionState:
-        session_id = rules.check_identifier("session id", session_id or generate_id())
+        session_id = rules.check_identifier(
+            "session id", generate_id() if session_id is None else session_id
+        )
         now = timezone.now()
         state = SessionState(
             session_id=session_id,
@@ -427,6 +430,29 @@ class InMemorySessionStateStore(SessionStateStore):
             has_more=offset + len(page) < len(matching),
         )
 
+    def list_expired_sessions(
+        self,
+        now: datetime,
+        *,
+        statuses: Iterable[SessionStatus] = LIVE_STATUSES,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[SessionSummary]:
+        rules.check_page(0, limit)
+        wanted = rules.normalize_statuses(statuses)
+        with self._lock:
+            expired = sorted(
+                (
+                    (state.expires_at, state.session_id)
+                    for state in self._sessions.values()
+                    if state.expires_at is not None
+                    and state.expires_at <= now
+                    and state.status in wanted
+                ),
+            )
+            keys = [key for key in expired if after is None or key > after][:limit]
+            return [_summary(self._sessions[session_id]) for _, session_id in keys]
+
     # Run tracking
 
     def create_run(
@@ -437,7 +463,7 @@ class InMemorySessionStateStore(SessionStateStore):
         turn: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> RunRecord:
-        run_id = rules.check_identifier("run id", run_id or generate_id())
+        run_id = rules.check_identifier("run id", generate_id() if run_id is None else run_id)
         metadata = _json(metadata or {})
         with self._lock:
             self._get(session_id)

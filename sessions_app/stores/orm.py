@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from sessions_app import models
@@ -26,6 +26,7 @@ from sessions_app.errors import (
 from sessions_app.stores import rules
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.types import (
+    LIVE_STATUSES,
     CasApplied,
     CasRejected,
     CasResult,
@@ -100,7 +101,9 @@ class ORMSessionStateStore(SessionStateStore):
         expires_at: datetime | None = None,
         tracing_context: dict[str, Any] | None = None,
     ) -> SessionState:
-        session_id = rules.check_identifier("session id", session_id or models.generate_id())
+        session_id = rules.check_identifier(
+            "session id", models.generate_id() if session_id is None else session_id
+        )
         now = timezone.now()
         row = models.AgentSession(
             id=session_id,
@@ -339,11 +342,13 @@ class ORMSessionStateStore(SessionStateStore):
                     message_count - 1
                 ]
                 messages = messages.filter(sequence__gt=last_kept)
-            deleted, _ = messages.delete()
+            # Children go with their parents by database cascade, so the statement's own row
+            # count can undercount; the session's exact count cannot.
+            messages.delete()
             models.AgentSession.objects.filter(pk=session_id).update(
                 message_count=message_count, updated_at=timezone.now()
             )
-        return deleted
+        return current - message_count
 
     # Cross-session listing
 
@@ -400,6 +405,26 @@ class ORMSessionStateStore(SessionStateStore):
             has_more=offset + len(summaries) < total,
         )
 
+    def list_expired_sessions(
+        self,
+        now: datetime,
+        *,
+        statuses: Iterable[SessionStatus] = LIVE_STATUSES,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 100,
+    ) -> list[SessionSummary]:
+        rules.check_page(0, limit)
+        sessions = models.AgentSession.objects.filter(
+            expires_at__lte=now, status__in=rules.normalize_statuses(statuses)
+        )
+        if after is not None:
+            expires_at, session_id = after
+            sessions = sessions.filter(
+                Q(expires_at__gt=expires_at) | Q(expires_at=expires_at, id__gt=session_id)
+            )
+        rows = sessions.order_by("expires_at", "id").values(*_SUMMARY_FIELDS)[:limit]
+        return [_session_summary(row) for row in rows]
+
     # Run tracking
 
     def create_run(
@@ -410,7 +435,9 @@ class ORMSessionStateStore(SessionStateStore):
         turn: int | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> RunRecord:
-        run_id = rules.check_identifier("run id", run_id or models.generate_id())
+        run_id = rules.check_identifier(
+            "run id", models.generate_id() if run_id is None else run_id
+        )
         try:
             with transaction.atomic():
                 _lock(session_id, "id")

@@ -1,0 +1,35 @@
+"""Shared test configuration: service checks for the whole run (see `tests.services`)."""
+
+import pytest
+from django.conf import settings
+
+from tests.services import PROBLEMS, REQUIRED_SERVICES, database_vendor
+
+_DB_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+}
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"helix: database {database_vendor()} ({settings.DATABASES['default']['NAME']}); "
+        f"required services: {', '.join(sorted(REQUIRED_SERVICES)) or 'none'}"
+    ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a run missing a required service; skip what needs an absent one, saying why."""
+    problems = {service: PROBLEMS[service]() for service in PROBLEMS}
+    for service in REQUIRED_SERVICES:
+        if problems.get(service):
+            raise pytest.UsageError(f"{service} is required in this run but {problems[service]}")
+    database_down = database_vendor() == "postgresql" and problems["postgres"]
+    for item in items:
+        uses_db = _DB_FIXTURES & set(item.fixturenames) or item.get_closest_marker("django_db")
+        if (database_down and uses_db) or (
+            item.get_closest_marker("postgres") and problems["postgres"]
+        ):
+            item.add_marker(pytest.mark.skip(reason=f"postgres: {problems['postgres']}"))

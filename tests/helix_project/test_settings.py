@@ -1,0 +1,121 @@
+"""Settings come from the environment only; production-like variables pass `check --deploy`."""
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION_TLS = {
+    "SECURE_SSL_REDIRECT": "true",
+    "SECURE_HSTS_SECONDS": "31536000",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
+    "SECURE_HSTS_PRELOAD": "true",
+}
+
+
+def run_manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run manage.py with only the given Helix variables set (and a private var dir)."""
+    clean = {k: v for k, v in os.environ.items() if not _is_setting(k)}
+    clean.update(HELIX_VAR_DIR=str(tmp_path), **env)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _is_setting(name: str) -> bool:
+    return name in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL"} or (
+        name.startswith(("SECURE_", "CELERY_", "HELIX_"))
+    )
+
+
+def production_env(**overrides: str) -> dict[str, str]:
+    return {
+        "DEBUG": "false",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "ALLOWED_HOSTS": "helix.example.com",
+        **overrides,
+    }
+
+
+def test_production_like_environment_passes_check_deploy(tmp_path):
+    result = run_manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        tmp_path=tmp_path,
+        **production_env(**PRODUCTION_TLS),
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_without_tls_opt_ins_check_deploy_reports_only_hsts_and_redirect(tmp_path):
+    result = run_manage("check", "--deploy", tmp_path=tmp_path, **production_env())
+
+    reported = {
+        line.split(")")[0].split("(")[-1]
+        for line in result.stderr.splitlines()
+        if "(security." in line
+    }
+    assert reported == {"security.W004", "security.W008"}
+
+
+def test_debug_off_without_secret_key_refuses_to_start(tmp_path):
+    result = run_manage("check", tmp_path=tmp_path, DEBUG="false")
+
+    assert result.returncode != 0
+    assert "Set SECRET_KEY" in result.stderr
+
+
+def test_service_urls_select_redis_backends(tmp_path):
+    script = (
+        "from django.conf import settings as s; "
+        "print(s.CHANNEL_LAYERS['default']['BACKEND'], s.CELERY_BROKER_URL, "
+        "s.DATABASES['default']['ENGINE'])"
+    )
+    embedded = run_manage("shell", "-v", "0", "-c", script, tmp_path=tmp_path, DEBUG="true")
+    served = run_manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        script,
+        tmp_path=tmp_path,
+        DEBUG="true",
+        REDIS_URL="redis://127.0.0.1:6379/3",
+        DATABASE_URL="postgres://helix@db.example.com:5432/helix",
+    )
+
+    assert embedded.stdout.split() == [
+        "channels.layers.InMemoryChannelLayer",
+        "filesystem://",
+        "django.db.backends.sqlite3",
+    ]
+    assert served.stdout.split() == [
+        "channels_redis.core.RedisChannelLayer",
+        "redis://127.0.0.1:6379/3",
+        "django.db.backends.postgresql",
+    ]
+
+
+@pytest.mark.django_db
+def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
+    if connection.vendor != "sqlite":
+        pytest.skip("sqlite: this run's database is not SQLite")
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode")
+        assert cursor.fetchone()[0] == "wal"
+    assert settings.DATABASES["default"]["OPTIONS"]["transaction_mode"] == "IMMEDIATE"

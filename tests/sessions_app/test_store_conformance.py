@@ -1,0 +1,1248 @@
+"""The `SessionStateStore` conformance suite: every method and every error, on every backend.
+
+Each test runs against the in-memory and the ORM backend; the ORM backend runs on SQLite or
+PostgreSQL depending on DATABASE_URL (`.ci/run` runs both).
+"""
+
+import dataclasses
+import inspect
+import time
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from sessions_app.errors import (
+    MessageIdConflict,
+    RunAlreadyExists,
+    RunNotFound,
+    SessionAlreadyExists,
+    SessionNotFound,
+    StateSizeExceeded,
+    SubSessionRefNotFound,
+    VersionConflict,
+)
+from sessions_app.stores import rules
+from sessions_app.stores.base import DEFAULT_MAX_STAGED_CHANGES_BYTES, SessionStateStore
+from sessions_app.stores.types import (
+    AppendOp,
+    CasApplied,
+    CasRejected,
+    CheckpointMeta,
+    DeleteOp,
+    Message,
+    MessageRole,
+    ReplaceOp,
+    RunStatus,
+    SessionStatus,
+    StagedChangeStatus,
+    StagedToolChange,
+    StepWrites,
+    SubSessionMode,
+    SubSessionRef,
+    SubSessionRefUpdate,
+)
+
+
+def user(text: str, **fields) -> Message:
+    return Message(role=MessageRole.USER, content=text, **fields)
+
+
+def assistant(text: str, **fields) -> Message:
+    return Message(role=MessageRole.ASSISTANT, content=text, **fields)
+
+
+def contents(store: SessionStateStore, session_id: str) -> list[str]:
+    page = store.get_messages(session_id, limit=1000)
+    return [message.content for message in page.messages]
+
+
+def commit_step(
+    store: SessionStateStore,
+    session_id: str,
+    *,
+    step: int,
+    messages: list[Message] = (),
+    custom_state: dict | None = None,
+):
+    """Commit one step on the loaded state, as the runtime does; return the commit result."""
+    state = store.load_state(session_id)
+    state.step_count = step
+    if custom_state is not None:
+        state.custom_state = custom_state
+    return store.save_state_and_promote_staging(
+        session_id,
+        state,
+        list(messages),
+        CheckpointMeta(step_id=f"step-{step}", step_count=step, stream_sequence=step * 10),
+        expected_version=state.version,
+    )
+
+
+# The contract itself
+
+
+def test_every_method_has_an_async_twin_that_returns_the_same_result(store):
+    abstract = sorted(SessionStateStore.__abstractmethods__)
+    assert len(abstract) >= 30
+    for name in abstract:
+        twin = getattr(store, f"a{name}")
+        assert inspect.iscoroutinefunction(twin), name
+
+    created = async_to_sync(store.acreate_session)(agent_type="assistant", tags=["t"])
+    async_to_sync(store.aappend_messages)(created.session_id, [user("hi")])
+    loaded = async_to_sync(store.aload_state)(created.session_id)
+
+    assert loaded.session_id == created.session_id
+    assert loaded.tags == ["t"]
+    assert async_to_sync(store.aget_message_count)(created.session_id) == 1
+
+
+# Session lifecycle
+
+
+def test_create_session_returns_an_active_session_at_version_1(store):
+    state = store.create_session("s-1", agent_type="assistant")
+
+    assert state.session_id == "s-1"
+    assert state.agent_type == "assistant"
+    assert state.stream_id == "s-1"
+    assert state.status == SessionStatus.ACTIVE
+    assert (state.version, state.step_count, state.message_count, state.resume_count) == (
+        1,
+        0,
+        0,
+        0,
+    )
+    assert state.custom_state is None
+    assert state.created_at is not None
+    assert state.created_at == state.updated_at
+    assert store.load_state("s-1") == state
+
+
+def test_create_session_keeps_every_given_field(store, django_user_model):
+    owner = django_user_model.objects.create_user("owner")
+    expires_at = timezone.now() + timedelta(hours=1)
+
+    created = store.create_session(
+        "child",
+        agent_type="researcher",
+        stream_id="stream-9",
+        parent_session_id="parent",
+        root_session_id="root",
+        owner_id=owner.pk,
+        user_id="external-7",
+        tags=["a", "b"],
+        metadata={"team": "red"},
+        custom_state={"notes": []},
+        expires_at=expires_at,
+        tracing_context={"traceId": "t", "rootSpanId": "r"},
+    )
+    loaded = store.load_state("child")
+
+    assert loaded == created
+    assert (loaded.stream_id, loaded.parent_session_id, loaded.root_session_id) == (
+        "stream-9",
+        "parent",
+        "root",
+    )
+    assert (loaded.owner_id, loaded.user_id) == (owner.pk, "external-7")
+    assert (loaded.tags, loaded.metadata) == (["a", "b"], {"team": "red"})
+    assert loaded.custom_state == {"notes": []}
+    assert loaded.expires_at == expires_at
+    assert loaded.tracing_context == {"traceId": "t", "rootSpanId": "r"}
+
+
+def test_create_session_generates_distinct_ids(store):
+    first = store.create_session(agent_type="assistant")
+    second = store.create_session(agent_type="assistant")
+
+    assert first.session_id != second.session_id
+    assert store.session_exists(first.session_id)
+    assert store.session_exists(second.session_id)
+
+
+def test_creating_a_taken_id_raises_and_leaves_the_session_alone(store):
+    store.create_session("s-1", agent_type="assistant", tags=["original"])
+
+    with pytest.raises(SessionAlreadyExists) as caught:
+        store.create_session("s-1", agent_type="other", tags=["imposter"])
+
+    assert caught.value.code == "session-exists"
+    assert caught.value.details == {"session_id": "s-1"}
+    state = store.load_state("s-1")
+    assert (state.agent_type, state.tags) == ("assistant", ["original"])
+
+
+@pytest.mark.parametrize("bad_id", ["", "x" * 256])
+def test_create_session_rejects_unusable_ids(store, bad_id):
+    with pytest.raises(ValueError, match="session id"):
+        store.create_session(bad_id, agent_type="assistant")
+
+    assert store.list_sessions().total == 0
+
+
+def test_session_exists_answers_for_missing_sessions(store):
+    assert store.session_exists("nope") is False
+
+
+def test_delete_session_removes_everything_recorded_under_it(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    store.append_messages(session_id, [user("hello")])
+    store.append_messages(other, [user("kept")])
+    store.create_run(session_id, "run-1")
+    store.set_interrupt_flag(session_id, "stop")
+    store.add_sub_session_refs(
+        session_id, [SubSessionRef(sub_session_id="c", agent_type="x", parent_tool_call_id="t")]
+    )
+    store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="t")])
+    commit_step(store, session_id, step=1)
+
+    assert store.delete_session(session_id) is True
+
+    assert store.load_state(session_id) is None
+    assert store.get_current_run(session_id) is None
+    assert store.check_interrupt_flag(session_id) is None
+    assert store.get_latest_checkpoint(session_id) is None
+    with pytest.raises(RunNotFound):
+        store.update_run_status("run-1", RunStatus.COMPLETED)
+    # The id is free again and starts empty; other sessions are untouched.
+    store.create_session(session_id, agent_type="assistant")
+    assert store.get_message_count(session_id) == 0
+    assert store.get_sub_session_refs(session_id) == []
+    assert store.get_staged_changes(session_id) == []
+    assert contents(store, other) == ["kept"]
+
+
+def test_delete_session_of_missing_session_returns_false(store):
+    assert store.delete_session("nope") is False
+
+
+# State
+
+
+def test_load_state_of_missing_session_is_none(store):
+    assert store.load_state("nope") is None
+
+
+def test_save_state_writes_mutable_fields_and_bumps_version(store, session_id):
+    state = store.load_state(session_id)
+    expires_at = timezone.now() + timedelta(days=1)
+    changes = {
+        "stream_id": "stream-2",
+        "custom_state": {"count": 3, "items": ["a"]},
+        "step_count": 4,
+        "status": SessionStatus.SUSPENDED_CLIENT_TOOL,
+        "output": {"answer": 42},
+        "error": "boom",
+        "failure_reason": "parent_suspended",
+        "aborted": True,
+        "abort_reason": "user",
+        "suspended_awaiting_children": {"child-1": {"toolCallId": "t1"}},
+        "suspended_step_id": "step-4",
+        "pending_client_tool_calls": {"t2": {"toolName": "confirm", "input": {"x": 1}}},
+        "completed_client_tool_calls": {"t0": 1700000000000},
+        "client_tool_call_ownership": {"t2": session_id},
+        "interrupt_context": {"reason": "user"},
+        "tracing_context": {"traceId": "abc", "rootSpanId": "def"},
+        "expires_at": expires_at,
+        "tags": ["x", "y"],
+        "metadata": {"k": "v"},
+        "resume_count": 2,
+    }
+    assert set(changes) == set(rules.MUTABLE_STATE_FIELDS)
+
+    new_version = store.save_state(session_id, dataclasses.replace(state, **changes))
+
+    loaded = store.load_state(session_id)
+    assert new_version == state.version + 1 == loaded.version
+    for name, value in changes.items():
+        assert getattr(loaded, name) == value, name
+    assert loaded.updated_at > state.updated_at
+
+
+def test_save_state_never_changes_identity_or_ownership(store, django_user_model):
+    owner = django_user_model.objects.create_user("owner")
+    original = store.create_session(
+        "s-1", agent_type="assistant", owner_id=owner.pk, user_id="u-1", parent_session_id="p"
+    )
+    intruder = django_user_model.objects.create_user("intruder")
+
+    store.save_state(
+        "s-1",
+        dataclasses.replace(
+            original,
+            agent_type="other",
+            owner_id=intruder.pk,
+            user_id="u-2",
+            parent_session_id="q",
+            root_session_id="r",
+            message_count=99,
+            version=50,
+        ),
+    )
+
+    loaded = store.load_state("s-1")
+    assert (loaded.agent_type, loaded.owner_id, loaded.user_id) == ("assistant", owner.pk, "u-1")
+    assert (loaded.parent_session_id, loaded.root_session_id) == ("p", None)
+    assert (loaded.message_count, loaded.version) == (0, 2)
+
+
+def test_save_state_with_a_stale_version_raises_and_writes_nothing(store, session_id):
+    state = store.load_state(session_id)
+    store.save_state(session_id, dataclasses.replace(state, custom_state={"who": "first"}))
+
+    with pytest.raises(VersionConflict) as caught:
+        store.save_state(
+            session_id,
+            dataclasses.replace(state, custom_state={"who": "zombie"}),
+            expected_version=state.version,
+        )
+
+    assert caught.value.code == "version-conflict"
+    assert caught.value.details == {
+        "session_id": session_id,
+        "expected_version": state.version,
+        "current_version": state.version + 1,
+    }
+    loaded = store.load_state(session_id)
+    assert loaded.custom_state == {"who": "first"}
+    assert loaded.version == state.version + 1
+
+
+def test_save_state_with_the_current_version_succeeds(store, session_id):
+    state = store.load_state(session_id)
+
+    assert store.save_state(session_id, state, expected_version=state.version) == state.version + 1
+
+
+def test_save_state_of_missing_session_raises(store, session_id):
+    state = store.load_state(session_id)
+
+    with pytest.raises(SessionNotFound) as caught:
+        store.save_state("nope", state)
+
+    assert caught.value.code == "session-not-found"
+
+
+def test_values_are_copied_in_and_out(store, session_id):
+    state = store.load_state(session_id)
+    custom = {"items": [1]}
+    store.save_state(session_id, dataclasses.replace(state, custom_state=custom))
+    custom["items"].append(2)
+
+    loaded = store.load_state(session_id)
+    loaded.custom_state["items"].append(3)
+    loaded.tags.append("leak")
+
+    assert store.load_state(session_id).custom_state == {"items": [1]}
+    assert store.load_state(session_id).tags == []
+
+
+def test_values_json_cannot_hold_are_rejected_without_a_write(store, session_id):
+    state = store.load_state(session_id)
+
+    with pytest.raises(TypeError):
+        store.save_state(session_id, dataclasses.replace(state, custom_state={"x": object()}))
+
+    assert store.load_state(session_id).version == state.version
+
+
+def test_invalid_status_is_rejected(store, session_id):
+    state = store.load_state(session_id)
+
+    with pytest.raises(ValueError, match="sleeping"):
+        store.save_state(session_id, dataclasses.replace(state, status="sleeping"))
+    with pytest.raises(ValueError, match="sleeping"):
+        store.update_status(session_id, "sleeping")
+
+    assert store.load_state(session_id).version == state.version
+
+
+# The atomic step commit
+
+
+def test_step_commit_appends_writes_promotes_and_checkpoints_together(store, session_id):
+    store.append_messages(session_id, [user("question")])
+    store.stage_changes(
+        session_id,
+        "step-1",
+        [
+            StagedToolChange(
+                tool_call_id="call-1",
+                patches=[{"op": "add", "path": "/notes/-", "value": "n"}],
+                merge_ops=[AppendOp(key="notes", items=["n"])],
+            )
+        ],
+    )
+    store.stage_changes(session_id, "step-2", [StagedToolChange(tool_call_id="call-9")])
+    store.create_run(session_id, "run-1")
+    state = store.load_state(session_id)
+    state.custom_state = {"notes": ["n"]}
+    state.step_count = 1
+
+    result = store.save_state_and_promote_staging(
+        session_id,
+        state,
+        [
+            assistant("calling", tool_calls=[{"id": "call-1"}]),
+            Message(role="tool", content="ok", tool_call_id="call-1"),
+        ],
+        CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=7, run_id="run-1"),
+        expected_version=state.version,
+    )
+
+    loaded = store.load_state(session_id)
+    assert result.new_version == state.version + 1 == loaded.version
+    assert (loaded.custom_state, loaded.step_count, loaded.message_count) == (
+        {"notes": ["n"]},
+        1,
+        3,
+    )
+    assert contents(store, session_id) == ["question", "calling", "ok"]
+
+    checkpoint = store.get_latest_checkpoint(session_id)
+    assert checkpoint.checkpoint_id == result.checkpoint_id
+    assert (checkpoint.step_id, checkpoint.step_count, checkpoint.stream_sequence) == (
+        "step-1",
+        1,
+        7,
+    )
+    assert (checkpoint.message_count, checkpoint.run_id) == (3, "run-1")
+    assert checkpoint.state["custom_state"] == {"notes": ["n"]}
+    assert checkpoint.state["version"] == result.new_version
+    assert checkpoint.state["message_count"] == 3
+
+    promoted = store.get_staged_changes(session_id, step_id="step-1")
+    assert [(c.status, c.checkpoint_id) for c in promoted] == [
+        (StagedChangeStatus.PROMOTED, result.checkpoint_id)
+    ]
+    other_step = store.get_staged_changes(session_id, step_id="step-2")
+    assert [c.status for c in other_step] == [StagedChangeStatus.STAGED]
+
+
+def test_step_commit_with_a_stale_version_writes_nothing(store, session_id):
+    store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="call-1")])
+    state = store.load_state(session_id)
+    store.update_status(session_id, SessionStatus.PAUSED)
+
+    with pytest.raises(VersionConflict):
+        store.save_state_and_promote_staging(
+            session_id,
+            dataclasses.replace(state, custom_state={"zombie": True}),
+            [assistant("from a zombie worker")],
+            CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=1),
+            expected_version=state.version,
+        )
+
+    loaded = store.load_state(session_id)
+    assert (loaded.status, loaded.custom_state, loaded.message_count) == (
+        SessionStatus.PAUSED,
+        None,
+        0,
+    )
+    assert store.get_messages(session_id).messages == []
+    assert store.list_checkpoints(session_id) == []
+    assert [c.status for c in store.get_staged_changes(session_id)] == [StagedChangeStatus.STAGED]
+
+
+def test_step_commit_with_bad_input_writes_nothing(store, session_id):
+    state = store.load_state(session_id)
+
+    with pytest.raises(ValueError, match="narrator"):
+        store.save_state_and_promote_staging(
+            session_id,
+            dataclasses.replace(state, custom_state={"x": 1}),
+            [assistant("fine"), Message(role="narrator", content="bad")],
+            CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=1),
+        )
+
+    assert store.load_state(session_id).version == state.version
+    assert store.get_message_count(session_id) == 0
+    assert store.list_checkpoints(session_id) == []
+
+
+def test_step_commit_on_missing_session_raises(store, session_id):
+    state = store.load_state(session_id)
+
+    with pytest.raises(SessionNotFound):
+        store.save_state_and_promote_staging(
+            "nope", state, [], CheckpointMeta(step_id="s", step_count=1, stream_sequence=0)
+        )
+
+
+# Messages
+
+
+def test_append_messages_assigns_gap_free_sequences_and_chains_parents(store, session_id):
+    first = store.append_messages(session_id, [user("one"), assistant("two")])
+    second = store.append_messages(session_id, [user("three")])
+
+    stored = store.get_messages(session_id).messages
+    assert [m.sequence for m in stored] == [1, 2, 3]
+    assert [m.parent_id for m in stored] == [None, stored[0].id, stored[1].id]
+    assert stored == first + second
+    assert all(m.id and m.created_at for m in stored)
+
+
+def test_append_messages_keeps_every_field(store, session_id):
+    message = Message(
+        role=MessageRole.ASSISTANT,
+        content="checking",
+        id="m-1",
+        tool_calls=[{"id": "c1", "name": "lookup", "arguments": {"q": "x"}}],
+        tool_call_id="c0",
+        name="helper",
+        parts=[{"type": "text", "text": "checking"}],
+        metadata={"model": "scripted"},
+    )
+
+    store.append_messages(session_id, [message])
+
+    stored = store.get_messages(session_id).messages[0]
+    assert dataclasses.replace(stored, sequence=None, created_at=None) == message
+    assert stored.sequence == 1
+
+
+def test_append_messages_does_not_bump_the_version(store, session_id):
+    before = store.load_state(session_id)
+
+    store.append_messages(session_id, [user("hi")])
+
+    after = store.load_state(session_id)
+    assert (after.version, after.message_count) == (before.version, 1)
+
+
+def test_appending_known_ids_again_is_a_no_op(store, session_id):
+    store.append_messages(session_id, [user("one", id="m-1"), assistant("two", id="m-2")])
+
+    retried = store.append_messages(
+        session_id, [user("one", id="m-1"), assistant("two", id="m-2"), user("three", id="m-3")]
+    )
+
+    assert [m.id for m in retried] == ["m-3"]
+    assert retried[0].parent_id == "m-2"
+    assert [m.sequence for m in store.get_messages(session_id).messages] == [1, 2, 3]
+    assert store.get_message_count(session_id) == 3
+
+
+def test_a_repeated_id_within_one_batch_is_stored_once(store, session_id):
+    stored = store.append_messages(session_id, [user("one", id="m-1"), user("again", id="m-1")])
+
+    assert [m.content for m in stored] == ["one"]
+    assert store.get_message_count(session_id) == 1
+
+
+def test_appending_an_id_of_another_session_raises_and_writes_nothing(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    store.append_messages(other, [user("theirs", id="m-1")])
+
+    with pytest.raises(MessageIdConflict) as caught:
+        store.append_messages(session_id, [user("mine"), user("clash", id="m-1")])
+
+    assert caught.value.code == "message-id-conflict"
+    assert store.get_message_count(session_id) == 0
+    assert contents(store, other) == ["theirs"]
+
+
+def test_explicit_parents_are_kept_inside_the_session_and_dropped_outside(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    store.append_messages(other, [user("elsewhere", id="foreign")])
+    store.append_messages(session_id, [user("root", id="r"), assistant("a", id="a")])
+
+    store.append_messages(
+        session_id,
+        [assistant("branch", id="b", parent_id="r"), user("lost", id="l", parent_id="foreign")],
+    )
+
+    parents = {m.id: m.parent_id for m in store.get_messages(session_id).messages}
+    assert parents == {"r": None, "a": "r", "b": "r", "l": None}
+
+
+def test_append_to_missing_session_raises(store):
+    with pytest.raises(SessionNotFound):
+        store.append_messages("nope", [user("hi")])
+
+
+def test_get_messages_paginates_in_sequence_order(store, session_id):
+    store.append_messages(session_id, [user(str(n)) for n in range(1, 6)])
+
+    middle = store.get_messages(session_id, offset=1, limit=2)
+    tail = store.get_messages(session_id, offset=4, limit=2)
+    beyond = store.get_messages(session_id, offset=10, limit=2)
+
+    assert [m.content for m in middle.messages] == ["2", "3"]
+    assert (middle.total, middle.offset, middle.limit, middle.has_more) == (5, 1, 2, True)
+    assert [m.content for m in tail.messages] == ["5"]
+    assert tail.has_more is False
+    assert (beyond.messages, beyond.has_more) == ([], False)
+
+
+@pytest.mark.parametrize(("offset", "limit"), [(-1, 10), (0, 0), (0, 1001)])
+def test_get_messages_rejects_bad_pages(store, session_id, offset, limit):
+    with pytest.raises(ValueError, match=r"offset|limit"):
+        store.get_messages(session_id, offset=offset, limit=limit)
+
+
+def test_message_reads_of_missing_session_raise(store):
+    with pytest.raises(SessionNotFound):
+        store.get_messages("nope")
+    with pytest.raises(SessionNotFound):
+        store.get_message_count("nope")
+
+
+def test_truncate_keeps_the_first_messages_and_appends_continue_after_them(store, session_id):
+    store.append_messages(session_id, [user(str(n)) for n in range(1, 6)])
+    before = store.load_state(session_id)
+
+    assert store.truncate_messages(session_id, 2) == 3
+
+    assert contents(store, session_id) == ["1", "2"]
+    assert store.get_message_count(session_id) == 2
+    assert store.load_state(session_id).version == before.version
+    appended = store.append_messages(session_id, [user("3b")])
+    stored = store.get_messages(session_id).messages
+    assert appended[0].sequence == 3
+    assert appended[0].parent_id == stored[1].id
+
+
+def test_truncate_to_zero_or_beyond_the_count(store, session_id):
+    store.append_messages(session_id, [user("1"), user("2")])
+
+    assert store.truncate_messages(session_id, 5) == 0
+    assert store.get_message_count(session_id) == 2
+    assert store.truncate_messages(session_id, 0) == 2
+    assert store.get_messages(session_id).messages == []
+    assert store.append_messages(session_id, [user("fresh")])[0].sequence == 1
+
+
+def test_long_chained_histories_can_be_truncated_and_deleted(store, session_id):
+    # Deleting a parent must not cascade down the chain: SQLite caps recursion at 1000 levels.
+    store.append_messages(session_id, [user(str(n)) for n in range(1500)])
+
+    assert store.truncate_messages(session_id, 10) == 1490
+    store.append_messages(session_id, [user(str(n)) for n in range(1500)])
+
+    assert store.delete_session(session_id) is True
+    assert store.load_state(session_id) is None
+
+
+def test_truncate_rejects_negative_counts_and_missing_sessions(store, session_id):
+    with pytest.raises(ValueError, match="message_count"):
+        store.truncate_messages(session_id, -1)
+    with pytest.raises(SessionNotFound):
+        store.truncate_messages("nope", 0)
+
+
+# Custom-state merge
+
+
+def test_merge_applies_replace_append_and_delete(store, session_id):
+    state = store.load_state(session_id)
+    store.save_state(
+        session_id,
+        dataclasses.replace(state, custom_state={"items": ["a"], "count": 1, "temp": "x"}),
+    )
+
+    result = store.merge_custom_state(
+        session_id,
+        StepWrites(
+            ops=[
+                AppendOp(key="items", items=["b", "c"]),
+                ReplaceOp(key="count", value=5),
+                DeleteOp(key="temp"),
+                AppendOp(key="fresh", items=[1]),
+                DeleteOp(key="never-there"),
+            ]
+        ),
+    )
+
+    loaded = store.load_state(session_id)
+    assert loaded.custom_state == {"items": ["a", "b", "c"], "count": 5, "fresh": [1]}
+    assert result.warnings == []
+    assert result.new_version == loaded.version == state.version + 2
+
+
+def test_merge_on_a_session_without_state_starts_from_empty(store, session_id):
+    store.merge_custom_state(session_id, StepWrites(ops=[ReplaceOp(key="k", value={"v": 1})]))
+
+    assert store.load_state(session_id).custom_state == {"k": {"v": 1}}
+
+
+def test_replace_is_last_writer_wins(store, session_id):
+    store.merge_custom_state(session_id, StepWrites(ops=[ReplaceOp(key="count", value=5)]))
+    store.merge_custom_state(session_id, StepWrites(ops=[ReplaceOp(key="count", value=10)]))
+
+    assert store.load_state(session_id).custom_state == {"count": 10}
+
+
+def test_append_to_a_non_list_is_skipped_with_a_warning(store, session_id):
+    store.merge_custom_state(session_id, StepWrites(ops=[ReplaceOp(key="items", value="text")]))
+
+    result = store.merge_custom_state(
+        session_id,
+        StepWrites(ops=[AppendOp(key="items", items=["x"])], warnings=["from the tracker"]),
+    )
+
+    assert store.load_state(session_id).custom_state == {"items": "text"}
+    assert result.warnings[0] == "from the tracker"
+    assert "items" in result.warnings[1]
+    assert "not a list" in result.warnings[1]
+
+
+def test_merge_on_missing_session_raises(store):
+    with pytest.raises(SessionNotFound):
+        store.merge_custom_state("nope", StepWrites(ops=[]))
+
+
+# Status and step count
+
+
+def test_update_status_and_increment_step_count_bump_the_version(store, session_id):
+    version = store.load_state(session_id).version
+
+    assert store.update_status(session_id, SessionStatus.PAUSED) == version + 1
+    assert store.increment_step_count(session_id) == 1
+    assert store.increment_step_count(session_id) == 2
+
+    loaded = store.load_state(session_id)
+    assert (loaded.status, loaded.step_count, loaded.version) == (
+        SessionStatus.PAUSED,
+        2,
+        version + 3,
+    )
+
+
+def test_status_writes_on_missing_session_raise(store):
+    with pytest.raises(SessionNotFound):
+        store.update_status("nope", SessionStatus.PAUSED)
+    with pytest.raises(SessionNotFound):
+        store.increment_step_count("nope")
+    with pytest.raises(SessionNotFound):
+        store.compare_and_set_status("nope", [SessionStatus.ACTIVE], SessionStatus.PAUSED)
+
+
+def test_compare_and_set_applies_when_status_and_version_match(store, session_id):
+    version = store.load_state(session_id).version
+
+    result = store.compare_and_set_status(
+        session_id,
+        [SessionStatus.ACTIVE, SessionStatus.PAUSED],
+        SessionStatus.INTERRUPTED,
+        interrupt_context={"reason": "user"},
+        error="stopped",
+        failure_reason="user_interrupt",
+        expected_version=version,
+    )
+
+    assert result == CasApplied(new_version=version + 1)
+    assert result.ok is True
+    loaded = store.load_state(session_id)
+    assert (loaded.status, loaded.version) == (SessionStatus.INTERRUPTED, version + 1)
+    assert (loaded.error, loaded.failure_reason) == ("stopped", "user_interrupt")
+    assert loaded.interrupt_context == {"reason": "user"}
+
+
+def test_compare_and_set_rejects_another_status_without_writing(store, session_id):
+    store.update_status(session_id, SessionStatus.COMPLETED)
+    version = store.load_state(session_id).version
+
+    result = store.compare_and_set_status(
+        session_id, [SessionStatus.ACTIVE], SessionStatus.FAILED, error="late"
+    )
+
+    assert result == CasRejected(current_status=SessionStatus.COMPLETED, current_version=version)
+    assert result.ok is False
+    loaded = store.load_state(session_id)
+    assert (loaded.status, loaded.version, loaded.error) == (SessionStatus.COMPLETED, version, None)
+
+
+def test_compare_and_set_rejects_a_stale_version_without_writing(store, session_id):
+    version = store.load_state(session_id).version
+    store.increment_step_count(session_id)
+
+    result = store.compare_and_set_status(
+        session_id, [SessionStatus.ACTIVE], SessionStatus.PAUSED, expected_version=version
+    )
+
+    assert result == CasRejected(current_status=SessionStatus.ACTIVE, current_version=version + 1)
+    assert store.load_state(session_id).status == SessionStatus.ACTIVE
+
+
+# Interrupt flags
+
+
+def test_interrupt_flag_is_raised_read_and_lowered(store, session_id):
+    assert store.check_interrupt_flag(session_id) is None
+
+    store.set_interrupt_flag(session_id, "user_requested")
+    flag = store.check_interrupt_flag(session_id)
+    assert flag.reason == "user_requested"
+    assert flag.set_at is not None
+    assert store.load_state(session_id).interrupt_flag == flag
+
+    store.set_interrupt_flag(session_id)
+    assert store.check_interrupt_flag(session_id).reason is None
+
+    store.clear_interrupt_flag(session_id)
+    store.clear_interrupt_flag(session_id)
+    assert store.check_interrupt_flag(session_id) is None
+    assert store.load_state(session_id).interrupt_flag is None
+
+
+def test_interrupt_flag_of_missing_session(store):
+    assert store.check_interrupt_flag("nope") is None
+    with pytest.raises(SessionNotFound):
+        store.set_interrupt_flag("nope", "x")
+
+
+# Sub-session refs
+
+
+def test_sub_session_refs_are_added_once_and_updated(store, session_id):
+    started = timezone.now()
+    refs = [
+        SubSessionRef(
+            sub_session_id="child-1",
+            agent_type="analyzer",
+            parent_tool_call_id="call-1",
+            started_at=started,
+        ),
+        SubSessionRef(
+            sub_session_id="child-2",
+            agent_type="critic",
+            parent_tool_call_id="call-2",
+            mode=SubSessionMode.PERSISTENT,
+            name="critic",
+            remote={"url": "https://elsewhere"},
+            started_at=started + timedelta(seconds=1),
+        ),
+    ]
+    store.add_sub_session_refs(session_id, refs)
+    store.add_sub_session_refs(
+        session_id,
+        [SubSessionRef(sub_session_id="child-1", agent_type="changed", parent_tool_call_id="x")],
+    )
+
+    assert store.get_sub_session_refs(session_id) == refs
+
+    completed = timezone.now()
+    store.update_sub_session_ref(
+        session_id,
+        SubSessionRefUpdate(
+            sub_session_id="child-1", status=SessionStatus.COMPLETED, completed_at=completed
+        ),
+    )
+    first = store.get_sub_session_refs(session_id)[0]
+    assert (first.status, first.completed_at) == (SessionStatus.COMPLETED, completed)
+
+
+def test_updating_an_unknown_sub_session_raises(store, session_id):
+    with pytest.raises(SubSessionRefNotFound) as caught:
+        store.update_sub_session_ref(
+            session_id, SubSessionRefUpdate(sub_session_id="ghost", status=SessionStatus.FAILED)
+        )
+
+    assert caught.value.details == {"session_id": session_id, "sub_session_id": "ghost"}
+
+
+def test_sub_session_refs_of_missing_session_raise(store):
+    with pytest.raises(SessionNotFound):
+        store.add_sub_session_refs("nope", [])
+    with pytest.raises(SessionNotFound):
+        store.get_sub_session_refs("nope")
+
+
+# Runs
+
+
+def test_runs_take_consecutive_turns_and_report_the_latest(store, session_id):
+    first = store.create_run(session_id, "run-1", metadata={"trigger": "start"})
+    second = store.create_run(session_id)
+
+    assert (first.turn, first.status, first.step_count) == (1, RunStatus.RUNNING, 0)
+    assert first.metadata == {"trigger": "start"}
+    assert second.turn == 2
+    assert store.get_current_run(session_id) == second
+    assert store.list_runs(session_id) == [first, second]
+
+
+def test_update_run_status_records_completion(store, session_id):
+    store.create_run(session_id, "run-1")
+
+    failed = store.update_run_status("run-1", RunStatus.FAILED, step_count=3, error="LLM down")
+
+    assert (failed.status, failed.step_count, failed.error) == (RunStatus.FAILED, 3, "LLM down")
+    assert failed.completed_at is not None
+    assert store.list_runs(session_id) == [failed]
+    reopened = store.update_run_status("run-1", RunStatus.RUNNING)
+    assert (reopened.completed_at, reopened.step_count) == (None, 3)
+
+
+def test_duplicate_run_ids_and_turns_raise(store, session_id):
+    store.create_run(session_id, "run-1", turn=1)
+
+    with pytest.raises(RunAlreadyExists):
+        store.create_run(session_id, "run-1", turn=2)
+    with pytest.raises(RunAlreadyExists) as caught:
+        store.create_run(session_id, "run-2", turn=1)
+
+    assert caught.value.code == "run-exists"
+    assert [run.run_id for run in store.list_runs(session_id)] == ["run-1"]
+
+
+def test_run_operations_on_missing_things(store):
+    assert store.get_current_run("nope") is None
+    with pytest.raises(SessionNotFound):
+        store.create_run("nope")
+    with pytest.raises(SessionNotFound):
+        store.list_runs("nope")
+    with pytest.raises(RunNotFound) as caught:
+        store.update_run_status("ghost", RunStatus.COMPLETED)
+    assert caught.value.code == "run-not-found"
+
+
+# Staging
+
+
+def test_staged_changes_round_trip_and_restaging_replaces(store, session_id):
+    change = StagedToolChange(
+        tool_call_id="call-1",
+        patches=[{"op": "replace", "path": "/count", "value": 2}],
+        merge_ops=[
+            ReplaceOp(key="count", value=2),
+            AppendOp(key="log", items=["x"]),
+            DeleteOp(key="t"),
+        ],
+    )
+    store.stage_changes(session_id, "step-1", [change])
+    store.stage_changes(
+        session_id,
+        "step-1",
+        [dataclasses.replace(change, merge_ops=[ReplaceOp(key="count", value=3)])],
+    )
+
+    [staged] = store.get_staged_changes(session_id)
+
+    assert (staged.step_id, staged.tool_call_id, staged.status) == (
+        "step-1",
+        "call-1",
+        StagedChangeStatus.STAGED,
+    )
+    assert staged.merge_ops == [ReplaceOp(key="count", value=3)]
+    assert staged.patches == change.patches
+    assert staged.size_bytes == rules.staged_change_size(
+        dataclasses.replace(change, merge_ops=[ReplaceOp(key="count", value=3)])
+    )
+    assert staged.checkpoint_id is None
+
+
+def test_promote_and_rollback_touch_only_staged_changes_of_the_step(store, session_id):
+    store.stage_changes(
+        session_id,
+        "step-1",
+        [StagedToolChange(tool_call_id="a"), StagedToolChange(tool_call_id="b")],
+    )
+    store.stage_changes(session_id, "step-2", [StagedToolChange(tool_call_id="c")])
+
+    assert store.promote_staging(session_id, "step-1", "cp-1") == 2
+    assert store.promote_staging(session_id, "step-1", "cp-2") == 0
+    assert store.rollback_staging(session_id, "step-1") == 0
+    assert store.rollback_staging(session_id, "step-2") == 1
+
+    promoted = store.get_staged_changes(session_id, status=StagedChangeStatus.PROMOTED)
+    assert {(c.tool_call_id, c.checkpoint_id) for c in promoted} == {("a", "cp-1"), ("b", "cp-1")}
+    rolled_back = store.get_staged_changes(session_id, status=StagedChangeStatus.ROLLED_BACK)
+    assert [c.tool_call_id for c in rolled_back] == ["c"]
+
+
+def test_staging_over_the_size_limit_raises_with_details_and_stages_nothing(store_class, db):
+    store = store_class(max_staged_changes_bytes=500)
+    session_id = store.create_session(agent_type="assistant").session_id
+    small = StagedToolChange(tool_call_id="ok", merge_ops=[ReplaceOp(key="flag", value=True)])
+    big = StagedToolChange(
+        tool_call_id="too-big",
+        patches=[{"op": "add", "path": "/report~1draft", "value": "x" * 300}],
+        merge_ops=[ReplaceOp(key="summary", value="y" * 300)],
+    )
+
+    with pytest.raises(StateSizeExceeded) as caught:
+        store.stage_changes(session_id, "step-1", [small, big])
+
+    error = caught.value
+    assert error.code == "state-size-exceeded"
+    assert (error.tool_call_id, error.limit) == ("too-big", 500)
+    assert error.total_bytes == rules.staged_change_size(big) > 500
+    assert error.changed_keys == ["report/draft", "summary"]
+    assert error.details["changed_keys"] == ["report/draft", "summary"]
+    assert store.get_staged_changes(session_id) == []
+
+
+def test_default_staging_limit_is_1_8_mib(store, session_id):
+    assert store.max_staged_changes_bytes == DEFAULT_MAX_STAGED_CHANGES_BYTES == 1_887_436
+    overhead = rules.staged_change_size(
+        StagedToolChange(tool_call_id="c", merge_ops=[ReplaceOp(key="blob", value="")])
+    )
+    fits = "x" * (DEFAULT_MAX_STAGED_CHANGES_BYTES - overhead)
+
+    store.stage_changes(
+        session_id,
+        "step-1",
+        [StagedToolChange(tool_call_id="c", merge_ops=[ReplaceOp(key="blob", value=fits)])],
+    )
+    with pytest.raises(StateSizeExceeded):
+        store.stage_changes(
+            session_id,
+            "step-1",
+            [
+                StagedToolChange(
+                    tool_call_id="d", merge_ops=[ReplaceOp(key="blob", value=fits + "x")]
+                )
+            ],
+        )
+
+    [staged] = store.get_staged_changes(session_id)
+    assert staged.size_bytes == DEFAULT_MAX_STAGED_CHANGES_BYTES
+
+
+def test_staging_on_missing_session_raises(store):
+    with pytest.raises(SessionNotFound):
+        store.stage_changes("nope", "step-1", [StagedToolChange(tool_call_id="a")])
+    with pytest.raises(SessionNotFound):
+        store.promote_staging("nope", "step-1", "cp")
+    with pytest.raises(SessionNotFound):
+        store.rollback_staging("nope", "step-1")
+    with pytest.raises(SessionNotFound):
+        store.get_staged_changes("nope")
+
+
+# Checkpoints
+
+
+def test_checkpoints_are_listed_newest_first_and_found_by_id(store, session_id):
+    first = commit_step(store, session_id, step=1, messages=[user("a")])
+    time.sleep(0.002)
+    second = commit_step(store, session_id, step=2, messages=[assistant("b")])
+
+    listed = store.list_checkpoints(session_id)
+    assert [c.checkpoint_id for c in listed] == [second.checkpoint_id, first.checkpoint_id]
+    assert [c.message_count for c in listed] == [2, 1]
+    assert store.list_checkpoints(session_id, limit=1) == listed[:1]
+    assert store.get_latest_checkpoint(session_id) == listed[0]
+    assert store.get_checkpoint(session_id, first.checkpoint_id) == listed[1]
+
+
+def test_checkpoint_reads_of_missing_things(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    result = commit_step(store, other, step=1)
+
+    assert store.get_checkpoint(session_id, result.checkpoint_id) is None
+    assert store.get_checkpoint(session_id, "ghost") is None
+    assert store.get_latest_checkpoint(session_id) is None
+    assert store.get_latest_checkpoint("nope") is None
+    with pytest.raises(SessionNotFound):
+        store.list_checkpoints("nope")
+
+
+# Cross-session listing
+
+
+@pytest.fixture
+def catalogue(store, django_user_model):
+    """Create six sessions, each created a little after the one before; return them by name."""
+    owner = django_user_model.objects.create_user("owner")
+    specs = {
+        "alpha": {
+            "agent_type": "researcher",
+            "user_id": "u1",
+            "tags": ["a", "b"],
+            "metadata": {"team": "red"},
+        },
+        "beta": {
+            "agent_type": "researcher",
+            "user_id": "u2",
+            "tags": ["a"],
+            "metadata": {"team": "blue"},
+        },
+        "gamma": {
+            "agent_type": "writer",
+            "user_id": "u1",
+            "tags": ["b", "c"],
+            "owner_id": owner.pk,
+        },
+        "delta": {"agent_type": "writer", "tags": [], "metadata": {"team": "red", "tier": "gold"}},
+        "epsilon": {"agent_type": "researcher", "parent_session_id": "alpha", "owner_id": owner.pk},
+        "zeta": {"agent_type": "critic", "metadata": {"team": "redder"}},
+    }
+    sessions = {}
+    for name, spec in specs.items():
+        sessions[name] = store.create_session(name, **spec)
+        time.sleep(0.002)
+    store.update_status("beta", SessionStatus.COMPLETED)
+    store.update_status("delta", SessionStatus.SUSPENDED_CLIENT_TOOL)
+    sessions["owner_id"] = owner.pk
+    return sessions
+
+
+def names(page) -> list[str]:
+    return [summary.session_id for summary in page.sessions]
+
+
+def test_list_sessions_filters_by_each_field(store, catalogue):
+    assert names(store.list_sessions(agent_type="researcher", order_by="created_at")) == [
+        "alpha",
+        "beta",
+        "epsilon",
+    ]
+    assert names(store.list_sessions(user_id="u1", order_by="created_at")) == ["alpha", "gamma"]
+    assert names(store.list_sessions(owner_id=catalogue["owner_id"], order_by="created_at")) == [
+        "gamma",
+        "epsilon",
+    ]
+    assert names(store.list_sessions(status=SessionStatus.COMPLETED)) == ["beta"]
+    assert names(
+        store.list_sessions(
+            status=[SessionStatus.COMPLETED, SessionStatus.SUSPENDED_CLIENT_TOOL],
+            order_by="created_at",
+        )
+    ) == ["beta", "delta"]
+    assert names(store.list_sessions(parent_session_id="alpha")) == ["epsilon"]
+
+
+def test_list_sessions_tags_must_all_be_present(store, catalogue):
+    assert names(store.list_sessions(tags=["a"], order_by="created_at")) == ["alpha", "beta"]
+    assert names(store.list_sessions(tags=["a", "b"])) == ["alpha"]
+    assert names(store.list_sessions(tags=["b"], order_by="created_at")) == ["alpha", "gamma"]
+    assert names(store.list_sessions(tags=["a", "c"])) == []
+
+
+def test_list_sessions_metadata_matches_every_pair_exactly(store, catalogue):
+    assert names(store.list_sessions(metadata={"team": "red"}, order_by="created_at")) == [
+        "alpha",
+        "delta",
+    ]
+    assert names(store.list_sessions(metadata={"team": "red", "tier": "gold"})) == ["delta"]
+    assert names(store.list_sessions(metadata={"tier": "silver"})) == []
+
+
+def test_list_sessions_time_ranges_are_exclusive(store, catalogue):
+    created = {name: catalogue[name].created_at for name in ("alpha", "gamma", "epsilon")}
+
+    between = store.list_sessions(
+        created_after=created["alpha"], created_before=created["epsilon"], order_by="created_at"
+    )
+    assert names(between) == ["beta", "gamma", "delta"]
+
+    time.sleep(0.002)
+    marker = timezone.now()
+    time.sleep(0.002)
+    store.increment_step_count("gamma")
+    assert names(store.list_sessions(updated_after=marker)) == ["gamma"]
+    assert "gamma" not in names(store.list_sessions(updated_before=marker))
+
+
+def test_list_sessions_combines_filters(store, catalogue):
+    page = store.list_sessions(
+        agent_type="researcher", user_id="u1", tags=["a"], status=SessionStatus.ACTIVE
+    )
+
+    assert names(page) == ["alpha"]
+
+
+def test_list_sessions_orders_and_paginates(store, catalogue):
+    everyone = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta"]
+    assert names(store.list_sessions(order_by="created_at")) == everyone
+    assert names(store.list_sessions()) == everyone[::-1]
+
+    pages = [
+        store.list_sessions(order_by="created_at", offset=offset, limit=4) for offset in (0, 4, 8)
+    ]
+
+    assert [names(page) for page in pages] == [everyone[:4], everyone[4:], []]
+    assert [(page.total, page.offset, page.limit, page.has_more) for page in pages] == [
+        (6, 0, 4, True),
+        (6, 4, 4, False),
+        (6, 8, 4, False),
+    ]
+    store.increment_step_count("beta")
+    assert names(store.list_sessions(order_by="-updated_at", limit=1)) == ["beta"]
+
+
+def test_list_sessions_summaries_carry_listing_fields(store, catalogue):
+    store.append_messages("alpha", [user("hi"), assistant("hello")])
+
+    [alpha] = store.list_sessions(tags=["a", "b"]).sessions
+
+    assert (alpha.session_id, alpha.agent_type, alpha.status) == (
+        "alpha",
+        "researcher",
+        SessionStatus.ACTIVE,
+    )
+    assert (alpha.message_count, alpha.step_count, alpha.version) == (2, 0, 1)
+    assert (alpha.user_id, alpha.tags, alpha.metadata) == ("u1", ["a", "b"], {"team": "red"})
+    assert alpha.created_at == catalogue["alpha"].created_at
+    assert not hasattr(alpha, "custom_state")
+
+
+def test_list_sessions_finds_expired_sessions(store):
+    now = timezone.now()
+    store.create_session("past", agent_type="a", expires_at=now - timedelta(minutes=1))
+    store.create_session("exactly", agent_type="a", expires_at=now)
+    store.create_session("future", agent_type="a", expires_at=now + timedelta(minutes=1))
+    store.create_session("never", agent_type="a")
+
+    assert names(store.list_sessions(expired_by=now, order_by="expires_at")) == ["past", "exactly"]
+
+
+def test_list_expired_sessions_walks_a_cursor_in_expiry_order(store):
+    now = timezone.now()
+    tie = now - timedelta(minutes=5)
+    for session_id, expires_at in [
+        ("b-tie", tie),
+        ("oldest", now - timedelta(hours=1)),
+        ("a-tie", tie),
+        ("exactly-now", now),
+        ("future", now + timedelta(minutes=1)),
+    ]:
+        store.create_session(session_id, agent_type="a", expires_at=expires_at)
+    store.create_session("finished", agent_type="a", expires_at=now - timedelta(hours=2))
+    store.update_status("finished", SessionStatus.COMPLETED)
+
+    walked, cursor = [], None
+    while batch := store.list_expired_sessions(now, after=cursor, limit=2):
+        walked += [summary.session_id for summary in batch]
+        cursor = (batch[-1].expires_at, batch[-1].session_id)
+
+    assert walked == ["oldest", "a-tie", "b-tie", "exactly-now"]
+    completed = store.list_expired_sessions(now, statuses=[SessionStatus.COMPLETED])
+    assert [summary.session_id for summary in completed] == ["finished"]
+
+
+def test_list_expired_sessions_cursor_ignores_sessions_that_left(store):
+    now = timezone.now()
+    for n in range(4):
+        store.create_session(f"s{n}", agent_type="a", expires_at=now - timedelta(minutes=10 - n))
+    first = store.list_expired_sessions(now, limit=2)
+    store.update_status("s0", SessionStatus.FAILED)
+    store.update_status("s2", SessionStatus.FAILED)
+
+    rest = store.list_expired_sessions(now, after=(first[-1].expires_at, first[-1].session_id))
+
+    assert [summary.session_id for summary in first] == ["s0", "s1"]
+    assert [summary.session_id for summary in rest] == ["s3"]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"offset": -1},
+        {"limit": 0},
+        {"limit": 1001},
+        {"order_by": "agent_type"},
+        {"status": "sleeping"},
+    ],
+)
+def test_list_sessions_rejects_bad_arguments(store, arguments):
+    with pytest.raises(ValueError, match=r"offset|limit|order_by|sleeping"):
+        store.list_sessions(**arguments)
