@@ -85,6 +85,10 @@ def _database(url: str) -> dict:
         }
         # A file, not :memory:, so tests share it across threads and processes as in production.
         database["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+        # SQLite creates the file but not its folder, which a fresh clone lacks.
+        for name in (database["NAME"], database["TEST"]["NAME"]):
+            if name != ":memory:":
+                Path(name).parent.mkdir(parents=True, exist_ok=True)
     else:
         database["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
         database["CONN_HEALTH_CHECKS"] = True

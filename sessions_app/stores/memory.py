@@ -206,7 +206,7 @@ class InMemorySessionStateStore(SessionStateStore):
                 step_count=checkpoint.step_count,
                 message_count=message_count,
                 stream_sequence=checkpoint.stream_sequence,
-                state=_json(rules.checkpoint_snapshot(state, new_version, message_count)),
+                state=_json(rules.checkpoint_snapshot(state, fields, new_version, message_count)),
                 created_at=now,
             )
             self._store_messages(session_id, planned)

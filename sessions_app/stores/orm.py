@@ -153,7 +153,7 @@ class ORMSessionStateStore(SessionStateStore):
         with transaction.atomic():
             version = _lock(session_id, "version")["version"]
             _check_version(session_id, expected_version, version)
-            return _write_state(session_id, version, **_state_columns(state))
+            return _write_state(session_id, version, **_columns(rules.state_fields(state)))
 
     def save_state_and_promote_staging(
         self,
@@ -170,11 +170,11 @@ class ORMSessionStateStore(SessionStateStore):
             now = timezone.now()
             appended = _insert_messages(session_id, messages, now)
             message_count = locked["message_count"] + len(appended)
-            columns = _state_columns(state)
+            fields = rules.state_fields(state)
             new_version = _write_state(
-                session_id, locked["version"], message_count=message_count, **columns
+                session_id, locked["version"], message_count=message_count, **_columns(fields)
             )
-            snapshot = rules.checkpoint_snapshot(state, new_version, message_count)
+            snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
             row = models.Checkpoint.objects.create(
                 session_id=session_id,
                 run_id=checkpoint.run_id or "",
@@ -663,9 +663,9 @@ def _staged(session_id: str, step_id: str):
     )
 
 
-def _state_columns(state: SessionState) -> dict[str, Any]:
-    """Return the model columns for the mutable fields of a state."""
-    columns = rules.state_fields(state)
+def _columns(fields: dict[str, Any]) -> dict[str, Any]:
+    """Return the model columns for the normalized mutable fields of a state."""
+    columns = dict(fields)
     suspension = {
         "suspended_step_id": columns.pop("suspended_step_id"),
         "suspended_awaiting_children": columns.pop("suspended_awaiting_children"),

@@ -77,11 +77,14 @@ def state_fields(state: SessionState) -> dict[str, Any]:
     return fields
 
 
-def checkpoint_snapshot(state: SessionState, version: int, message_count: int) -> dict[str, Any]:
-    """Return the snapshot a checkpoint keeps of `state` as committed at `version`."""
-    committed = dataclasses.replace(
-        state, **state_fields(state), version=version, message_count=message_count
-    )
+def checkpoint_snapshot(
+    state: SessionState, fields: dict[str, Any], version: int, message_count: int
+) -> dict[str, Any]:
+    """Return the snapshot a checkpoint keeps of `state`, committed with `fields` at `version`.
+
+    `fields` are the normalized fields `state_fields(state)` returned for the commit.
+    """
+    committed = dataclasses.replace(state, **fields, version=version, message_count=message_count)
     return committed.snapshot()
 
 

@@ -79,12 +79,18 @@ class SessionState:
     )
 
     def snapshot(self) -> dict[str, Any]:
-        """Return the state as a JSON-ready dict, as stored in a checkpoint."""
-        return {
-            name: value.isoformat() if isinstance(value, datetime) else value
-            for name, value in dataclasses.asdict(self).items()
-            if name != "interrupt_flag"
-        }
+        """Return the state as a JSON-ready dict, as stored in a checkpoint.
+
+        The dict shares its JSON values with the state: serialize it, do not mutate it.
+        """
+        snapshot = {}
+        for state_field in dataclasses.fields(self):
+            if state_field.name != "interrupt_flag":
+                value = getattr(self, state_field.name)
+                snapshot[state_field.name] = (
+                    value.isoformat() if isinstance(value, datetime) else value
+                )
+        return snapshot
 
 
 @dataclass(kw_only=True, slots=True)
