@@ -130,8 +130,8 @@ class InMemorySessionStateStore(SessionStateStore):
             root_session_id=root_session_id or None,
             owner_id=owner_id,
             user_id=user_id or None,
-            tags=_json(list(tags)),
-            metadata=_json(dict(metadata or {})),
+            tags=rules.check_tags(tags),
+            metadata=rules.check_metadata(metadata or {}),
             custom_state=_json(custom_state),
             expires_at=expires_at,
             tracing_context=_json(tracing_context),
@@ -191,6 +191,7 @@ class InMemorySessionStateStore(SessionStateStore):
         *,
         expected_version: int | None = None,
     ) -> CommitResult:
+        rules.check_checkpoint_meta(checkpoint)
         fields = _state_fields_in(state)
         with self._lock:
             stored = self._checked(session_id, expected_version)
@@ -496,6 +497,8 @@ class InMemorySessionStateStore(SessionStateStore):
         completed_at: datetime | None = None,
     ) -> RunRecord:
         status = RunStatus(status)
+        if step_count is not None:
+            rules.check_count("step count", step_count)
         with self._lock:
             record = self._runs.get(run_id)
             if record is None:

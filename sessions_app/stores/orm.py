@@ -113,8 +113,8 @@ class ORMSessionStateStore(SessionStateStore):
             root_session_id=root_session_id or "",
             owner_id=owner_id,
             user_id=user_id or "",
-            tags=list(tags),
-            metadata=dict(metadata or {}),
+            tags=rules.check_tags(tags),
+            metadata=rules.check_metadata(metadata or {}),
             custom_state=custom_state,
             expires_at=expires_at,
             tracing_context=tracing_context,
@@ -164,6 +164,7 @@ class ORMSessionStateStore(SessionStateStore):
         *,
         expected_version: int | None = None,
     ) -> CommitResult:
+        rules.check_checkpoint_meta(checkpoint)
         with transaction.atomic():
             locked = _lock(session_id, "version", "message_count")
             _check_version(session_id, expected_version, locked["version"])
@@ -465,6 +466,8 @@ class ORMSessionStateStore(SessionStateStore):
         completed_at: datetime | None = None,
     ) -> RunRecord:
         status = RunStatus(status)
+        if step_count is not None:
+            rules.check_count("step count", step_count)
         with transaction.atomic():
             row = models.Run.objects.select_for_update().filter(pk=run_id).first()
             if row is None:

@@ -15,6 +15,7 @@ from sessions_app.errors import MessageIdConflict, StateSizeExceeded
 from sessions_app.models import generate_id
 from sessions_app.stores.types import (
     AppendOp,
+    CheckpointMeta,
     DeleteOp,
     Message,
     MessageRole,
@@ -47,6 +48,36 @@ def check_identifier(kind: str, value: Any) -> str:
     return value
 
 
+def check_count(kind: str, value: Any) -> int:
+    """Return `value` if it is a non-negative integer, else raise `ValueError` naming `kind`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{kind} must be a non-negative integer.")
+    return value
+
+
+def check_checkpoint_meta(checkpoint: CheckpointMeta) -> None:
+    """Raise `ValueError` unless the checkpoint's step id and counters are valid."""
+    check_identifier("step id", checkpoint.step_id)
+    check_count("step count", checkpoint.step_count)
+    check_count("stream sequence", checkpoint.stream_sequence)
+
+
+def check_tags(tags: Any) -> list[str]:
+    """Return `tags` as a list if it is a sequence of strings, else raise `ValueError`."""
+    if isinstance(tags, str | bytes) or not all(isinstance(tag, str) for tag in tags):
+        raise ValueError("tags must be a list of strings.")
+    return list(tags)
+
+
+def check_metadata(metadata: Any) -> dict[str, str]:
+    """Return `metadata` as a dict if it maps strings to strings, else raise `ValueError`."""
+    if not isinstance(metadata, Mapping) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()
+    ):
+        raise ValueError("metadata must map strings to strings.")
+    return dict(metadata)
+
+
 def check_page(offset: int, limit: int) -> None:
     """Raise `ValueError` unless offset and limit describe a valid page."""
     if offset < 0:
@@ -70,9 +101,11 @@ def state_fields(state: SessionState) -> dict[str, Any]:
     fields.update(
         stream_id=check_identifier("stream id", state.stream_id),
         status=SessionStatus(state.status),
+        step_count=check_count("step count", state.step_count),
+        resume_count=check_count("resume count", state.resume_count),
         suspended_awaiting_children=state.suspended_awaiting_children or None,
-        tags=list(state.tags),
-        metadata=dict(state.metadata),
+        tags=check_tags(state.tags),
+        metadata=check_metadata(state.metadata),
     )
     return fields
 

@@ -183,6 +183,25 @@ def test_create_session_rejects_unusable_ids(store, bad_id):
     assert store.list_sessions().total == 0
 
 
+@pytest.mark.parametrize(
+    ("labels", "problem"),
+    [
+        ({"tags": "urgent"}, "tags"),
+        ({"tags": ["ok", 7]}, "tags"),
+        ({"metadata": {"tier": 3}}, "metadata"),
+        ({"metadata": ["k", "v"]}, "metadata"),
+    ],
+)
+def test_tags_and_metadata_must_be_strings(store, session_id, labels, problem):
+    with pytest.raises(ValueError, match=problem):
+        store.create_session("labelled", agent_type="assistant", **labels)
+    with pytest.raises(ValueError, match=problem):
+        store.save_state(session_id, dataclasses.replace(store.load_state(session_id), **labels))
+
+    assert not store.session_exists("labelled")
+    assert store.load_state(session_id).version == 1
+
+
 def test_session_exists_answers_for_missing_sessions(store):
     assert store.session_exists("nope") is False
 
@@ -461,6 +480,39 @@ def test_step_commit_with_bad_input_writes_nothing(store, session_id):
     assert store.load_state(session_id).version == state.version
     assert store.get_message_count(session_id) == 0
     assert store.list_checkpoints(session_id) == []
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "problem"),
+    [
+        (CheckpointMeta(step_id="", step_count=1, stream_sequence=0), "step id"),
+        (CheckpointMeta(step_id="s", step_count=-1, stream_sequence=0), "step count"),
+        (CheckpointMeta(step_id="s", step_count=1, stream_sequence=-5), "stream sequence"),
+    ],
+)
+def test_step_commit_rejects_bad_checkpoint_metadata(store, session_id, checkpoint, problem):
+    state = store.load_state(session_id)
+
+    with pytest.raises(ValueError, match=problem):
+        store.save_state_and_promote_staging(session_id, state, [user("hi")], checkpoint)
+
+    assert store.get_message_count(session_id) == 0
+    assert store.load_state(session_id).version == state.version
+
+
+def test_counters_must_not_be_negative(store, session_id):
+    state = store.load_state(session_id)
+    store.create_run(session_id, "run-1")
+
+    with pytest.raises(ValueError, match="step count"):
+        store.save_state(session_id, dataclasses.replace(state, step_count=-1))
+    with pytest.raises(ValueError, match="resume count"):
+        store.save_state(session_id, dataclasses.replace(state, resume_count=-1))
+    with pytest.raises(ValueError, match="step count"):
+        store.update_run_status("run-1", RunStatus.COMPLETED, step_count=-2)
+
+    assert store.load_state(session_id).version == state.version
+    assert store.get_current_run(session_id).status == RunStatus.RUNNING
 
 
 def test_step_commit_on_missing_session_raises(store, session_id):
