@@ -78,11 +78,11 @@ def _database(url: str) -> dict:
     if database["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock at
         # BEGIN, so concurrent writers queue on the busy timeout instead of failing to upgrade.
-        database["OPTIONS"] = {
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
-            "transaction_mode": "IMMEDIATE",
-            "timeout": env.float("SQLITE_BUSY_TIMEOUT", default=30.0),
-        }
+        database.setdefault("OPTIONS", {}).update(
+            init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            transaction_mode="IMMEDIATE",
+            timeout=env.float("SQLITE_BUSY_TIMEOUT", default=30.0),
+        )
         # A file, not :memory:, so tests share it across threads and processes as in production.
         database["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
         # SQLite creates the file but not its folder, which a fresh clone lacks.
@@ -92,6 +92,15 @@ def _database(url: str) -> dict:
     else:
         database["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
         database["CONN_HEALTH_CHECKS"] = True
+        # psycopg's own defaults, which Django turns off: bind parameters on the server and
+        # prepare the statements a connection runs repeatedly, so PostgreSQL parses and plans
+        # each hot statement once. Behind PgBouncer in transaction mode without
+        # max_prepared_statements, set DATABASE_PREPARE_THRESHOLD=none.
+        threshold = env.str("DATABASE_PREPARE_THRESHOLD", default="5")
+        database.setdefault("OPTIONS", {}).update(
+            server_side_binding=env.bool("DATABASE_SERVER_SIDE_BINDING", default=True),
+            prepare_threshold=None if threshold.lower() in {"", "none"} else int(threshold),
+        )
     return database
 
 

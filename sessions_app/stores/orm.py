@@ -588,11 +588,10 @@ class ORMSessionStateStore(SessionStateStore):
 
 def _lock(session_id: str, *fields: str) -> dict[str, Any]:
     """Lock the session's row for the current transaction; return the named fields."""
-    row = models.AgentSession.objects.select_for_update().filter(pk=session_id).values(*fields)
-    locked = row.first()
-    if locked is None:
-        raise SessionNotFound(session_id)
-    return locked
+    rows = models.AgentSession.objects.select_for_update().filter(pk=session_id).values(*fields)
+    for locked in rows:  # At most one row: iterating skips the ORDER BY and LIMIT of first().
+        return locked
+    raise SessionNotFound(session_id)
 
 
 def _require(session_id: str, *fields: str) -> dict[str, Any]:
@@ -620,12 +619,8 @@ def _insert_messages(session_id: str, messages: Sequence[Message], now: datetime
     """Insert messages after the session's last one; the caller holds the session lock."""
     if not messages:
         return []
-    last = (
-        models.Message.objects.filter(session_id=session_id)
-        .order_by("-sequence")
-        .values("id", "sequence")
-        .first()
-    )
+    latest = models.Message.objects.filter(session_id=session_id).order_by("-sequence")
+    last = next(iter(latest.values("id", "sequence")[:1]), None)
     wanted = rules.lookup_ids(messages)
     stored_sessions = (
         dict(models.Message.objects.filter(pk__in=wanted).values_list("id", "session_id"))
