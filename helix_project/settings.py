@@ -137,18 +137,41 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# Redis serves the channel layer and, unless CELERY_BROKER_URL says otherwise, the broker.
+# Redis serves the channel layer and, unless CELERY_BROKER_URL says otherwise, the broker. The
+# channel layer only rings readers of a stream; the database holds every chunk.
 REDIS_URL = env.str("REDIS_URL", default="")
+CHANNEL_LAYER_CAPACITY = env.int("CHANNEL_LAYER_CAPACITY", default=100)
+REDIS_CHANNEL_LAYER = env.str("REDIS_CHANNEL_LAYER", default="pubsub")
 
-if REDIS_URL:
+if not REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": CHANNEL_LAYER_CAPACITY},
+        }
+    }
+elif REDIS_CHANNEL_LAYER == "pubsub":
+    # Pub/sub publishes a group message once per process, which fans it out to local readers.
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [{"address": REDIS_URL}]},
+        }
+    }
+elif REDIS_CHANNEL_LAYER == "core":
+    # The list-based layer blocks in BZPOPMIN for 5 s; redis-py 8 also defaults the socket
+    # timeout to 5 s, which breaks that receive unless the socket is given longer.
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 10}],
+                "capacity": CHANNEL_LAYER_CAPACITY,
+            },
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    raise ImproperlyConfigured("REDIS_CHANNEL_LAYER must be 'pubsub' or 'core'.")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
@@ -165,6 +188,17 @@ HELIX = {
         "BACKEND": "sessions_app.stores.orm.ORMSessionStateStore",
         "OPTIONS": {},
     },
+    "STREAM_MANAGER": {
+        "BACKEND": "streams_app.backends.orm.ORMStreamManager",
+        "OPTIONS": {
+            "max_chunks": env.int("STREAM_MAX_CHUNKS", default=None),
+            # Readers look at the database this often when no notice comes. The embedded
+            # mode's in-process channel layer cannot carry notices from the Celery worker.
+            "poll_interval": env.float("STREAM_POLL_INTERVAL", default=1.0 if REDIS_URL else 0.2),
+        },
+    },
+    "STREAM_RETENTION_DAYS": env.float("STREAM_RETENTION_DAYS", default=7),
+    "SSE_HEARTBEAT_SECONDS": env.float("SSE_HEARTBEAT_SECONDS", default=30),
 }
 
 LOGGING = {

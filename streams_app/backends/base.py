@@ -1,0 +1,298 @@
+"""The `StreamManager` contract (reference 003 and 000), in Python.
+
+Streams are append-only logs of chunks, each with a per-stream sequence that is assigned once
+and never reused. Writers append; readers replay what is stored after their cursor and then
+follow new chunks as they are committed. Sync methods have `a`-prefixed async twins; readers are
+async iterators of `StreamEvent`s.
+
+Sequences never go back. When chunks are taken away on purpose (`cleanup_to_step`,
+`reset_stream`) the next write also skips one sequence, so a reader that had already received a
+retracted chunk can never mistake what follows for a continuation: it receives a
+`ResyncEvent` instead. The same event tells a reader that chunks it had not yet read were
+trimmed by the `max_chunks` cap. A reader is never left with a silent gap.
+"""
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from sessions_app.stores.base import async_twin
+from streams_app.chunks import Chunk, chunk_to_wire
+from streams_app.models import Stream
+
+if TYPE_CHECKING:
+    from streams_app.backends.reader import StreamReader
+
+StreamStatus = Stream.Status
+TERMINAL_STATUSES = frozenset({StreamStatus.ENDED, StreamStatus.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class SequencedChunk:
+    sequence: int
+    chunk: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreamInfo:
+    stream_id: str
+    status: StreamStatus
+    total_chunks: int
+    latest_sequence: int
+    run_id: str | None
+    agent_type: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkPage:
+    chunks: list[SequencedChunk]
+    has_more: bool
+    latest_sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkEvent:
+    kind: ClassVar[str] = "chunk"
+    sequence: int
+    chunk: dict[str, Any]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "chunk", "sequence": self.sequence, "chunk": self.chunk}
+
+
+@dataclass(frozen=True, slots=True)
+class EndEvent:
+    kind: ClassVar[str] = "end"
+    final_output: Any = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "end", "finalOutput": self.final_output}
+
+
+@dataclass(frozen=True, slots=True)
+class FailEvent:
+    kind: ClassVar[str] = "fail"
+    error: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "fail", "error": self.error}
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncEvent:
+    """Drop what you hold after `from_sequence`; the events that follow continue from there."""
+
+    kind: ClassVar[str] = "resync"
+    from_sequence: int
+    reason: Literal["trimmed", "retracted"]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": "resync", "fromSequence": self.from_sequence, "reason": self.reason}
+
+
+StreamEvent = ChunkEvent | EndEvent | FailEvent | ResyncEvent
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Snapshot:
+    """What a reader sees in one look at the store, taken status first, chunks second.
+
+    Because a stream ends only after its last chunk is committed, a terminal `status` read
+    before the chunks means `chunks` hold everything there is once `complete` is true.
+    """
+
+    status: StreamStatus
+    trimmed_through: int
+    final_output: Any
+    error: str
+    chunks: list[SequencedChunk]
+    complete: bool
+    cursor_retracted_to: int | None = None
+
+
+class StreamWriter:
+    """Appends validated chunks to one stream; closing it closes the writer, not the stream."""
+
+    def __init__(self, manager: "StreamManager", stream_id: str, run_id: str, agent_type: str):
+        self.manager = manager
+        self.stream_id = stream_id
+        self.run_id = run_id
+        self.agent_type = agent_type
+        self.closed = False
+
+    def write(self, chunk: Chunk | Mapping[str, Any]) -> int:
+        """Validate and append one chunk; return its sequence."""
+        return self.write_many([chunk])[0]
+
+    def write_many(self, chunks: Sequence[Chunk | Mapping[str, Any]]) -> list[int]:
+        """Validate and append chunks in order, in one write; return their sequences.
+
+        Dict chunks without `agentType` get the writer's. Nothing is stored unless every
+        chunk is valid.
+        """
+        if self.closed:
+            raise RuntimeError(f"The writer of stream {self.stream_id!r} is closed.")
+        wire = [
+            chunk_to_wire(
+                {"agentType": self.agent_type, **chunk} if isinstance(chunk, Mapping) else chunk
+            )
+            for chunk in chunks
+        ]
+        return self.manager.append_chunks(self.stream_id, wire) if wire else []
+
+    def close(self) -> None:
+        """Close this writer; the stream stays as it is."""
+        self.closed = True
+
+    awrite = async_twin(write)
+    awrite_many = async_twin(write_many)
+    aclose = async_twin(close)
+
+
+class StreamManager(abc.ABC):
+    """Streams of sequenced chunks: writers, resumable readers, status, cleanup and retention."""
+
+    def __init__(self, *, max_chunks: int | None = None, poll_interval: float = 1.0) -> None:
+        if max_chunks is not None and max_chunks < 1:
+            raise ValueError("max_chunks must be at least 1.")
+        self.max_chunks = max_chunks
+        self.poll_interval = poll_interval
+
+    # Writers and readers
+
+    @abc.abstractmethod
+    def create_writer(self, stream_id: str, run_id: str, agent_type: str) -> StreamWriter:
+        """Open the stream for a run, creating it if needed, and return a writer.
+
+        A stream that had ended or failed becomes active again for the new run; its chunks and
+        sequence carry on.
+        """
+
+    def create_reader(self, stream_id: str) -> "StreamReader | None":
+        """Return a reader from the first chunk, or `None` if the stream failed."""
+        return self.create_resumable_reader(stream_id, from_sequence=0)
+
+    def create_resumable_reader(
+        self, stream_id: str, from_sequence: int = 0
+    ) -> "StreamReader | None":
+        """Return a reader of the chunks after `from_sequence`, or `None` if the stream failed.
+
+        A stream that does not exist yet reads as an empty active one: the reader waits for
+        its first writer.
+        """
+        from streams_app.backends.reader import StreamReader
+
+        if from_sequence < 0:
+            raise ValueError("from_sequence must not be negative.")
+        info = self.get_stream_info(stream_id)
+        if info is not None and info.status == StreamStatus.FAILED:
+            return None
+        return StreamReader(self, stream_id, from_sequence)
+
+    # Stream control
+
+    @abc.abstractmethod
+    def append_chunks(self, stream_id: str, chunks: list[dict[str, Any]]) -> list[int]:
+        """Append wire-form chunks (already validated, as writers pass them); return sequences.
+
+        Raises `StreamNotFound` for a stream no writer opened and `StreamClosed` unless the
+        stream is active. Readers are told after the chunks are stored.
+        """
+
+    @abc.abstractmethod
+    def end_stream(self, stream_id: str, final_output: Any = None) -> None:
+        """End the stream; ending an ended stream does nothing."""
+
+    @abc.abstractmethod
+    def fail_stream(self, stream_id: str, error: str) -> None:
+        """Fail the stream; failing a failed stream does nothing."""
+
+    @abc.abstractmethod
+    def pause_stream(self, stream_id: str) -> None:
+        """Pause an active stream: writes are refused and readers wait."""
+
+    @abc.abstractmethod
+    def resume_stream(self, stream_id: str) -> None:
+        """Make a paused stream active again."""
+
+    @abc.abstractmethod
+    def get_stream_info(self, stream_id: str) -> StreamInfo | None:
+        """Return the stream's status and counts, or `None` if it does not exist."""
+
+    # Content
+
+    @abc.abstractmethod
+    def get_chunks(self, stream_id: str, *, after_sequence: int = 0, limit: int = 100) -> ChunkPage:
+        """Return up to `limit` chunks after `after_sequence`, in sequence order."""
+
+    @abc.abstractmethod
+    def get_all_chunks(self, stream_id: str) -> list[SequencedChunk]:
+        """Return every stored chunk, in sequence order."""
+
+    @abc.abstractmethod
+    def get_chunks_from_step(self, stream_id: str, from_step: int) -> list[SequencedChunk]:
+        """Return the stored chunks of `from_step` and later steps, in sequence order."""
+
+    @abc.abstractmethod
+    def read_snapshot(self, stream_id: str, after: int, limit: int) -> Snapshot:
+        """Return what a reader whose cursor is `after` sees now (see `Snapshot`)."""
+
+    @abc.abstractmethod
+    def subscribe(self, stream_id: str) -> "Subscription":
+        """Return a subscription that wakes a reader when the stream changes."""
+
+    # Cleanup and retention
+
+    @abc.abstractmethod
+    def cleanup_to_step(self, stream_id: str, step: int) -> int:
+        """Delete the chunks of steps after `step` (crash recovery); return how many went."""
+
+    @abc.abstractmethod
+    def reset_stream(self, stream_id: str) -> None:
+        """Delete every chunk and make the stream active, for a fresh execution."""
+
+    @abc.abstractmethod
+    def delete_stream(self, stream_id: str) -> bool:
+        """Delete the stream and its chunks; return whether it existed."""
+
+    @abc.abstractmethod
+    def purge_streams(self, finished_before: datetime) -> int:
+        """Delete ended and failed streams last written before a time; return how many."""
+
+    acreate_writer = async_twin(create_writer)
+    acreate_reader = async_twin(create_reader)
+    acreate_resumable_reader = async_twin(create_resumable_reader)
+    aappend_chunks = async_twin(append_chunks)
+    aend_stream = async_twin(end_stream)
+    afail_stream = async_twin(fail_stream)
+    apause_stream = async_twin(pause_stream)
+    aresume_stream = async_twin(resume_stream)
+    aget_stream_info = async_twin(get_stream_info)
+    aget_chunks = async_twin(get_chunks)
+    aget_all_chunks = async_twin(get_all_chunks)
+    aget_chunks_from_step = async_twin(get_chunks_from_step)
+    aread_snapshot = async_twin(read_snapshot)
+    acleanup_to_step = async_twin(cleanup_to_step)
+    areset_stream = async_twin(reset_stream)
+    adelete_stream = async_twin(delete_stream)
+    apurge_streams = async_twin(purge_streams)
+
+
+class Subscription(abc.ABC):
+    """Wakes one reader when its stream changes. Notices may be lost; readers must not care."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start listening; call before the reader's first look at the store."""
+
+    @abc.abstractmethod
+    async def wait(self, timeout: float) -> list[dict[str, Any]] | None:
+        """Return the notices received (waiting up to `timeout` s for one), or `None`."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop listening."""

@@ -1,0 +1,255 @@
+"""`StreamManager` on the Django ORM, for SQLite and PostgreSQL.
+
+Every write locks the stream's row, so sequences are assigned one writer at a time and committed
+in order: a reader never sees sequence n+1 before n. Readers are rung through the channel layer
+(`streams_app.doorbell`) only after the transaction commits.
+"""
+
+import functools
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from sessions_app.stores.rules import check_identifier
+from streams_app.backends import notices
+from streams_app.backends.base import (
+    ChunkPage,
+    SequencedChunk,
+    Snapshot,
+    StreamInfo,
+    StreamManager,
+    StreamStatus,
+    StreamWriter,
+    Subscription,
+)
+from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
+from streams_app.doorbell import ChannelSubscription, bell
+from streams_app.errors import StreamNotFound
+from streams_app.models import Stream, StreamChunk
+
+
+class ORMStreamManager(StreamManager):
+    def create_writer(self, stream_id: str, run_id: str, agent_type: str) -> StreamWriter:
+        check_identifier("stream id", stream_id)
+        with transaction.atomic():
+            Stream.objects.bulk_create([Stream(id=stream_id)], ignore_conflicts=True)
+            status = _lock(stream_id, "status")["status"]
+            _stream(stream_id).update(
+                run_id=run_id,
+                agent_type=agent_type,
+                status=StreamStatus.ACTIVE,
+                final_output=None,
+                error="",
+                updated_at=timezone.now(),
+            )
+            if status != StreamStatus.ACTIVE:
+                _ring_changed(stream_id)
+        return StreamWriter(self, stream_id, run_id, agent_type)
+
+    def append_chunks(self, stream_id: str, chunks: list[dict[str, Any]]) -> list[int]:
+        now = timezone.now()
+        with transaction.atomic():
+            locked = _lock(stream_id, "status", "last_sequence", "chunk_count", "trimmed_through")
+            check_can(stream_id, locked["status"], "write to", {StreamStatus.ACTIVE})
+            first = locked["last_sequence"] + 1
+            sequenced = [(first + offset, chunk) for offset, chunk in enumerate(chunks)]
+            StreamChunk.objects.bulk_create(
+                StreamChunk(
+                    stream_id=stream_id,
+                    sequence=sequence,
+                    step=chunk["step"],
+                    type=chunk["type"],
+                    chunk=chunk,
+                    created_at=now,
+                )
+                for sequence, chunk in sequenced
+            )
+            count, trimmed_through = self._trim(
+                stream_id, locked["chunk_count"] + len(chunks), locked["trimmed_through"]
+            )
+            _stream(stream_id).update(
+                last_sequence=sequenced[-1][0],
+                chunk_count=count,
+                trimmed_through=trimmed_through,
+                updated_at=now,
+            )
+            transaction.on_commit(functools.partial(bell.ring, stream_id, notice_for(sequenced)))
+        return [sequence for sequence, _ in sequenced]
+
+    def end_stream(self, stream_id: str, final_output: Any = None) -> None:
+        self._finish(stream_id, StreamStatus.ENDED, "end", final_output=final_output)
+
+    def fail_stream(self, stream_id: str, error: str) -> None:
+        self._finish(stream_id, StreamStatus.FAILED, "fail", error=error)
+
+    def pause_stream(self, stream_id: str) -> None:
+        self._move(stream_id, {StreamStatus.ACTIVE}, StreamStatus.PAUSED, "pause")
+
+    def resume_stream(self, stream_id: str) -> None:
+        self._move(stream_id, {StreamStatus.PAUSED}, StreamStatus.ACTIVE, "resume")
+
+    def get_stream_info(self, stream_id: str) -> StreamInfo | None:
+        row = _stream(stream_id).first()
+        if row is None:
+            return None
+        return StreamInfo(
+            stream_id=row.id,
+            status=StreamStatus(row.status),
+            total_chunks=row.chunk_count,
+            latest_sequence=row.last_sequence,
+            run_id=row.run_id or None,
+            agent_type=row.agent_type or None,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+    def get_chunks(self, stream_id: str, *, after_sequence: int = 0, limit: int = 100) -> ChunkPage:
+        latest = _require(stream_id, "last_sequence")["last_sequence"]
+        rows = _sequenced(_rows(stream_id).filter(sequence__gt=after_sequence)[: limit + 1])
+        return ChunkPage(chunks=rows[:limit], has_more=len(rows) > limit, latest_sequence=latest)
+
+    def get_all_chunks(self, stream_id: str) -> list[SequencedChunk]:
+        _require(stream_id)
+        return _sequenced(_rows(stream_id))
+
+    def get_chunks_from_step(self, stream_id: str, from_step: int) -> list[SequencedChunk]:
+        _require(stream_id)
+        return _sequenced(_rows(stream_id).filter(step__gte=from_step))
+
+    def read_snapshot(self, stream_id: str, after: int, limit: int) -> Snapshot:
+        # The stream row first: a terminal status read before the chunks covers all of them.
+        row = _stream(stream_id).values("status", "trimmed_through", "final_output", "error")
+        row = row.first() or {
+            "status": StreamStatus.ACTIVE,
+            "trimmed_through": 0,
+            "final_output": None,
+            "error": "",
+        }
+        following = _sequenced(_rows(stream_id).filter(sequence__gt=after)[: limit + 1])
+        retracted_to = None
+        if (
+            after > row["trimmed_through"]
+            and not _chunks(stream_id).filter(sequence=after).exists()
+        ):
+            earlier = _chunks(stream_id).filter(sequence__lt=after)
+            retracted_to = earlier.aggregate(last=Max("sequence"))["last"] or 0
+        return Snapshot(
+            status=StreamStatus(row["status"]),
+            trimmed_through=row["trimmed_through"],
+            final_output=row["final_output"],
+            error=row["error"],
+            chunks=following[:limit],
+            complete=len(following) <= limit,
+            cursor_retracted_to=retracted_to,
+        )
+
+    def subscribe(self, stream_id: str) -> Subscription:
+        return ChannelSubscription(stream_id)
+
+    def cleanup_to_step(self, stream_id: str, step: int) -> int:
+        with transaction.atomic():
+            locked = _lock(stream_id, "chunk_count", "last_sequence")
+            removed, _ = StreamChunk.objects.filter(stream_id=stream_id, step__gt=step).delete()
+            if removed:
+                _retract(stream_id, locked, chunk_count=locked["chunk_count"] - removed)
+        return removed
+
+    def reset_stream(self, stream_id: str) -> None:
+        with transaction.atomic():
+            locked = _lock(stream_id, "chunk_count", "last_sequence")
+            StreamChunk.objects.filter(stream_id=stream_id).delete()
+            _retract(
+                stream_id,
+                locked,
+                chunk_count=0,
+                trimmed_through=0,
+                status=StreamStatus.ACTIVE,
+                final_output=None,
+                error="",
+            )
+
+    def delete_stream(self, stream_id: str) -> bool:
+        deleted, _ = _stream(stream_id).delete()
+        return deleted > 0
+
+    def purge_streams(self, finished_before: datetime) -> int:
+        finished = Stream.objects.filter(
+            status__in=[StreamStatus.ENDED, StreamStatus.FAILED], updated_at__lt=finished_before
+        )
+        deleted, _ = finished.delete()  # Chunks go by database cascade, uncounted.
+        return deleted
+
+    def _trim(self, stream_id: str, count: int, trimmed_through: int) -> tuple[int, int]:
+        """Delete the oldest chunks beyond `max_chunks`; return the new count and trim point."""
+        if self.max_chunks is None or count <= self.max_chunks:
+            return count, trimmed_through
+        oldest = _chunks(stream_id).values_list("sequence", flat=True)
+        cut = oldest[count - self.max_chunks - 1]
+        _chunks(stream_id).filter(sequence__lte=cut).delete()
+        return self.max_chunks, cut
+
+    def _finish(self, stream_id: str, status: StreamStatus, action: str, **fields: Any) -> None:
+        with transaction.atomic():
+            current = _lock(stream_id, "status")["status"]
+            if current == status:
+                return
+            check_can(stream_id, current, action, LIVE_STATUSES)
+            _stream(stream_id).update(status=status, updated_at=timezone.now(), **fields)
+            _ring_changed(stream_id)
+
+    def _move(
+        self, stream_id: str, sources: set[StreamStatus], target: StreamStatus, action: str
+    ) -> None:
+        with transaction.atomic():
+            current = _lock(stream_id, "status")["status"]
+            if current == target:
+                return
+            check_can(stream_id, current, action, sources)
+            _stream(stream_id).update(status=target, updated_at=timezone.now())
+            _ring_changed(stream_id)
+
+
+def _stream(stream_id: str):
+    return Stream.objects.filter(pk=stream_id)
+
+
+def _chunks(stream_id: str):
+    return StreamChunk.objects.filter(stream_id=stream_id).order_by("sequence")
+
+
+def _lock(stream_id: str, *fields: str) -> dict[str, Any]:
+    """Lock the stream's row for the current transaction; return the named fields."""
+    for locked in Stream.objects.select_for_update().filter(pk=stream_id).values(*fields):
+        return locked
+    raise StreamNotFound(stream_id)
+
+
+def _require(stream_id: str, *fields: str) -> dict[str, Any]:
+    """Return the named fields of the stream; raise `StreamNotFound` if there is none."""
+    row = _stream(stream_id).values("id", *fields).first()
+    if row is None:
+        raise StreamNotFound(stream_id)
+    return row
+
+
+def _retract(stream_id: str, locked: dict[str, Any], **fields: Any) -> None:
+    """Record that chunks were taken away: skip a sequence and ring readers after commit."""
+    _stream(stream_id).update(
+        last_sequence=locked["last_sequence"] + 1, updated_at=timezone.now(), **fields
+    )
+    _ring_changed(stream_id)
+
+
+def _ring_changed(stream_id: str) -> None:
+    transaction.on_commit(functools.partial(bell.ring, stream_id, notices.changed_notice()))
+
+
+def _rows(stream_id: str):
+    return _chunks(stream_id).values_list("sequence", "chunk")
+
+
+def _sequenced(rows) -> list[SequencedChunk]:
+    return [SequencedChunk(sequence, chunk) for sequence, chunk in rows]

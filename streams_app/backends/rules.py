@@ -1,0 +1,29 @@
+"""Rules every `StreamManager` backend applies the same way."""
+
+import json
+from collections.abc import Collection
+from typing import Any
+
+from streams_app.backends import notices
+from streams_app.backends.base import StreamStatus
+from streams_app.errors import StreamClosed
+
+LIVE_STATUSES = frozenset({StreamStatus.ACTIVE, StreamStatus.PAUSED})
+# Chunks larger than this together are announced without being carried: readers fetch them.
+MAX_NOTICE_BYTES = 32 * 1024
+
+
+def check_can(
+    stream_id: str, status: StreamStatus, action: str, allowed: Collection[StreamStatus]
+) -> None:
+    """Raise `StreamClosed` unless a stream in `status` allows `action`."""
+    if status not in allowed:
+        raise StreamClosed(stream_id, status, action)
+
+
+def notice_for(sequenced: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Return the notice for newly stored chunks: carrying them unless they are large."""
+    size = len(json.dumps([chunk for _, chunk in sequenced], separators=(",", ":")))
+    return (
+        notices.chunks_notice(sequenced) if size <= MAX_NOTICE_BYTES else notices.changed_notice()
+    )

@@ -1,0 +1,41 @@
+"""Domain errors of the live record (see `sessions_app.errors` for the base and the mapping)."""
+
+from pydantic import ValidationError
+
+from sessions_app.errors import HelixError
+
+
+class StreamNotFound(HelixError):
+    code = "stream-not-found"
+
+    def __init__(self, stream_id: str) -> None:
+        super().__init__(f"Stream {stream_id!r} does not exist.", stream_id=stream_id)
+        self.stream_id = stream_id
+
+
+class StreamClosed(HelixError):
+    """The stream's status does not allow the operation (writing to an ended stream, say)."""
+
+    code = "stream-closed"
+
+    def __init__(self, stream_id: str, status: str, action: str) -> None:
+        super().__init__(
+            f"Cannot {action} stream {stream_id!r}: it is {status}.",
+            stream_id=stream_id,
+            status=status,
+            action=action,
+        )
+        self.stream_id = stream_id
+        self.status = status
+
+
+class InvalidChunk(HelixError):
+    code = "invalid-chunk"
+
+    def __init__(self, error: ValidationError) -> None:
+        problems = [
+            {"location": ".".join(str(part) for part in item["loc"]), "problem": item["msg"]}
+            for item in error.errors(include_url=False)
+        ]
+        summary = "; ".join(f"{p['location'] or 'chunk'}: {p['problem']}" for p in problems)
+        super().__init__(f"Invalid chunk: {summary}", problems=problems)

@@ -1,0 +1,445 @@
+"""The `StreamManager` conformance suite: every method and error, on every backend.
+
+The database backend runs on SQLite or PostgreSQL depending on DATABASE_URL. Readers are async;
+each scenario runs under `async_to_sync`, so the store calls it makes run on the test's thread
+and see the test's transaction.
+"""
+
+import asyncio
+import time
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from streams_app.backends.base import (
+    ChunkEvent,
+    EndEvent,
+    FailEvent,
+    ResyncEvent,
+    StreamManager,
+    StreamStatus,
+)
+from streams_app.chunks import TextDelta
+from streams_app.errors import InvalidChunk, StreamClosed, StreamNotFound
+from streams_app.models import Stream
+
+
+def text(label: str, *, step: int = 0) -> dict:
+    return {"type": "text_delta", "step": step, "sessionId": "s-1", "delta": label}
+
+
+def deltas(events) -> list:
+    """Summarize events: chunk deltas as strings, other events as tuples."""
+    summary = []
+    for event in events:
+        match event:
+            case ChunkEvent():
+                summary.append(event.chunk["delta"])
+            case ResyncEvent():
+                summary.append(("resync", event.from_sequence, event.reason))
+            case EndEvent():
+                summary.append(("end", event.final_output))
+            case FailEvent():
+                summary.append(("fail", event.error))
+    return summary
+
+
+async def read(manager: StreamManager, stream_id: str, from_sequence: int = 0, *, count=None):
+    """Return a reader's events until the stream is over (or `count` events), within 5 s."""
+    reader = await manager.acreate_resumable_reader(stream_id, from_sequence)
+    events = []
+    try:
+        async with asyncio.timeout(5):
+            async for event in reader:
+                events.append(event)
+                if count is not None and len(events) == count:
+                    break
+    finally:
+        await reader.aclose()
+    return events
+
+
+def read_all(manager: StreamManager, stream_id: str, from_sequence: int = 0, **kwargs) -> list:
+    return async_to_sync(read)(manager, stream_id, from_sequence, **kwargs)
+
+
+def writer_with(manager: StreamManager, *labels: str, stream_id: str = "st"):
+    writer = manager.create_writer(stream_id, "run-1", "researcher")
+    for label in labels:
+        writer.write(text(label))
+    return writer
+
+
+# Writers
+
+
+def test_writes_get_consecutive_sequences_starting_at_1(manager):
+    writer = manager.create_writer("st", "run-1", "researcher")
+
+    assert writer.write(text("a")) == 1
+    assert writer.write_many([text("b"), text("c")]) == [2, 3]
+    assert writer.write_many([]) == []
+
+    stored = manager.get_all_chunks("st")
+    assert [(c.sequence, c.chunk["delta"]) for c in stored] == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_writer_fills_in_agent_type_and_accepts_typed_chunks(manager):
+    writer = manager.create_writer("st", "run-1", "researcher")
+
+    writer.write(text("dict"))
+    writer.write(TextDelta(step=1, session_id="s-1", agent_type="other", delta="typed"))
+
+    first, second = (c.chunk for c in manager.get_all_chunks("st"))
+    assert (first["agentType"], second["agentType"]) == ("researcher", "other")
+    assert second["sessionId"] == "s-1"
+    assert isinstance(first["timestamp"], int)
+
+
+def test_an_invalid_chunk_stores_nothing_of_its_batch(manager):
+    writer = writer_with(manager, "a")
+
+    with pytest.raises(InvalidChunk):
+        writer.write_many([text("b"), {"type": "text_delta", "step": 0}])
+    with pytest.raises(InvalidChunk):
+        writer.write({**text("c"), "type": "shouting"})
+
+    assert [c.sequence for c in manager.get_all_chunks("st")] == [1]
+    assert writer.write(text("d")) == 2
+
+
+def test_closing_a_writer_leaves_the_stream_open(manager):
+    writer = writer_with(manager, "a")
+
+    writer.close()
+
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.write(text("late"))
+    assert manager.get_stream_info("st").status == StreamStatus.ACTIVE
+    assert manager.create_writer("st", "run-1", "researcher").write(text("b")) == 2
+
+
+def test_appending_to_a_stream_no_writer_opened_raises(manager):
+    with pytest.raises(StreamNotFound) as caught:
+        manager.append_chunks("ghost", [text("a")])
+
+    assert caught.value.code == "stream-not-found"
+
+
+def test_stream_info_reports_status_counts_and_run(manager):
+    assert manager.get_stream_info("st") is None
+    writer_with(manager, "a", "b")
+
+    info = manager.get_stream_info("st")
+
+    assert (info.stream_id, info.status, info.total_chunks, info.latest_sequence) == (
+        "st",
+        StreamStatus.ACTIVE,
+        2,
+        2,
+    )
+    assert (info.run_id, info.agent_type) == ("run-1", "researcher")
+    assert info.created_at <= info.updated_at
+
+
+# Status
+
+
+def test_ending_a_stream(manager):
+    writer = writer_with(manager, "a")
+
+    manager.end_stream("st", {"answer": 42})
+    manager.end_stream("st", {"answer": "ignored"})
+
+    assert manager.get_stream_info("st").status == StreamStatus.ENDED
+    assert deltas(read_all(manager, "st")) == ["a", ("end", {"answer": 42})]
+    with pytest.raises(StreamClosed) as caught:
+        writer.write(text("late"))
+    assert caught.value.details["status"] == "ended"
+    with pytest.raises(StreamClosed):
+        manager.fail_stream("st", "too late")
+
+
+def test_a_new_writer_reopens_a_finished_stream_and_sequences_carry_on(manager):
+    writer_with(manager, "a")
+    manager.end_stream("st", "first")
+
+    writer = manager.create_writer("st", "run-2", "researcher")
+
+    assert manager.get_stream_info("st").status == StreamStatus.ACTIVE
+    assert manager.get_stream_info("st").run_id == "run-2"
+    assert writer.write(text("b")) == 2
+    manager.end_stream("st", "second")
+    assert deltas(read_all(manager, "st")) == ["a", "b", ("end", "second")]
+
+
+def test_a_failed_stream_has_no_reader(manager):
+    writer_with(manager, "a")
+
+    manager.fail_stream("st", "LLM down")
+    manager.fail_stream("st", "again")
+
+    assert manager.get_stream_info("st").status == StreamStatus.FAILED
+    assert manager.create_reader("st") is None
+    assert manager.create_resumable_reader("st", 1) is None
+    with pytest.raises(StreamClosed):
+        manager.end_stream("st")
+
+
+def test_a_reader_following_a_stream_that_fails_receives_the_failure(manager):
+    writer_with(manager, "a")
+
+    async def scenario():
+        reader = asyncio.create_task(read(manager, "st"))
+        await asyncio.sleep(0.05)
+        await manager.afail_stream("st", "LLM down")
+        return await reader
+
+    assert deltas(async_to_sync(scenario)()) == ["a", ("fail", "LLM down")]
+
+
+def test_pausing_refuses_writes_until_resumed(manager):
+    writer = writer_with(manager, "a")
+
+    manager.pause_stream("st")
+    manager.pause_stream("st")
+
+    assert manager.get_stream_info("st").status == StreamStatus.PAUSED
+    with pytest.raises(StreamClosed):
+        writer.write(text("while paused"))
+    manager.resume_stream("st")
+    manager.resume_stream("st")
+    assert writer.write(text("b")) == 2
+    manager.end_stream("st")
+    with pytest.raises(StreamClosed):
+        manager.pause_stream("st")
+    with pytest.raises(StreamClosed):
+        manager.resume_stream("st")
+
+
+def test_status_changes_of_unknown_streams_raise(manager):
+    for change in (manager.end_stream, manager.pause_stream, manager.resume_stream):
+        with pytest.raises(StreamNotFound):
+            change("ghost")
+    with pytest.raises(StreamNotFound):
+        manager.fail_stream("ghost", "x")
+
+
+# Content
+
+
+def test_chunks_by_page_and_by_step(manager):
+    writer = manager.create_writer("st", "run-1", "researcher")
+    for step in (0, 0, 1, 2, 2):
+        writer.write(text(f"s{step}", step=step))
+
+    page = manager.get_chunks("st", after_sequence=1, limit=2)
+    rest = manager.get_chunks("st", after_sequence=3, limit=10)
+
+    assert ([c.sequence for c in page.chunks], page.has_more, page.latest_sequence) == (
+        [2, 3],
+        True,
+        5,
+    )
+    assert ([c.sequence for c in rest.chunks], rest.has_more) == ([4, 5], False)
+    assert [c.sequence for c in manager.get_chunks_from_step("st", 1)] == [3, 4, 5]
+    assert manager.get_chunks_from_step("st", 3) == []
+
+
+def test_content_of_unknown_streams_raises(manager):
+    with pytest.raises(StreamNotFound):
+        manager.get_all_chunks("ghost")
+    with pytest.raises(StreamNotFound):
+        manager.get_chunks("ghost")
+    with pytest.raises(StreamNotFound):
+        manager.get_chunks_from_step("ghost", 0)
+
+
+# Readers
+
+
+def test_a_reader_replays_stored_chunks_then_ends(manager):
+    writer_with(manager, *"abcde")
+    manager.end_stream("st", "done")
+
+    events = read_all(manager, "st")
+
+    assert deltas(events) == [*"abcde", ("end", "done")]
+    assert [e.sequence for e in events if isinstance(e, ChunkEvent)] == [1, 2, 3, 4, 5]
+    assert events[0].to_wire() == {"type": "chunk", "sequence": 1, "chunk": events[0].chunk}
+    assert events[-1].to_wire() == {"type": "end", "finalOutput": "done"}
+
+
+def test_a_resumable_reader_starts_after_its_cursor(manager):
+    writer_with(manager, *"abcde")
+    manager.end_stream("st")
+
+    assert deltas(read_all(manager, "st", 3)) == ["d", "e", ("end", None)]
+    assert deltas(read_all(manager, "st", 5)) == [("end", None)]
+    with pytest.raises(ValueError, match="from_sequence"):
+        manager.create_resumable_reader("st", -1)
+
+
+def test_a_reader_follows_chunks_written_after_it_started(manager):
+    writer = writer_with(manager, "a")
+
+    async def scenario():
+        reader = asyncio.create_task(read(manager, "st"))
+        for label in "bcd":
+            await asyncio.sleep(0.01)
+            await writer.awrite(text(label))
+        await manager.aend_stream("st", "done")
+        return await reader
+
+    assert deltas(async_to_sync(scenario)()) == [*"abcd", ("end", "done")]
+
+
+def test_a_reader_of_a_stream_not_yet_created_waits_for_its_writer(manager):
+    async def scenario():
+        reader = asyncio.create_task(read(manager, "later"))
+        await asyncio.sleep(0.05)
+        writer = await manager.acreate_writer("later", "run-1", "researcher")
+        await writer.awrite(text("first"))
+        await manager.aend_stream("later")
+        return await reader
+
+    assert deltas(async_to_sync(scenario)()) == ["first", ("end", None)]
+
+
+def test_next_events_returns_nothing_when_the_timeout_passes(manager):
+    writer_with(manager, "a")
+
+    async def scenario():
+        reader = await manager.acreate_reader("st")
+        try:
+            first = await reader.next_events(timeout=1)
+            quiet = await reader.next_events(timeout=0.1)
+        finally:
+            await reader.aclose()
+        return first, quiet
+
+    first, quiet = async_to_sync(scenario)()
+    assert (deltas(first), quiet) == (["a"], [])
+
+
+# Cleanup, reset, trimming
+
+
+def test_cleanup_to_step_drops_later_steps_and_readers_resync(manager):
+    writer = manager.create_writer("st", "run-1", "researcher")
+    writer.write_many([text("a", step=1), text("b", step=1), text("c", step=2), text("d", step=2)])
+
+    assert manager.cleanup_to_step("st", 1) == 2
+    assert manager.cleanup_to_step("st", 1) == 0
+
+    assert [c.sequence for c in manager.get_all_chunks("st")] == [1, 2]
+    assert manager.get_stream_info("st").total_chunks == 2
+    assert writer.write(text("c2", step=2)) == 6  # 5 is skipped: nothing continues cursor 4.
+    manager.end_stream("st")
+    assert deltas(read_all(manager, "st", 4)) == [("resync", 2, "retracted"), "c2", ("end", None)]
+    assert deltas(read_all(manager, "st", 2)) == ["c2", ("end", None)]
+
+
+def test_reset_stream_empties_and_reopens_it(manager):
+    writer_with(manager, *"abc")
+    manager.end_stream("st", "old")
+
+    manager.reset_stream("st")
+
+    info = manager.get_stream_info("st")
+    assert (info.status, info.total_chunks) == (StreamStatus.ACTIVE, 0)
+    assert manager.get_all_chunks("st") == []
+    writer = manager.create_writer("st", "run-2", "researcher")
+    assert writer.write(text("fresh")) == 5
+    manager.end_stream("st", "new")
+    assert deltas(read_all(manager, "st", 3)) == [
+        ("resync", 0, "retracted"),
+        "fresh",
+        ("end", "new"),
+    ]
+    assert deltas(read_all(manager, "st")) == ["fresh", ("end", "new")]
+
+
+def test_max_chunks_trims_the_oldest_and_lagging_readers_resync(manager_class):
+    manager = manager_class(max_chunks=3, poll_interval=0.02)
+    writer_with(manager, *"abcde")
+    manager.end_stream("st")
+
+    assert [c.sequence for c in manager.get_all_chunks("st")] == [3, 4, 5]
+    assert manager.get_stream_info("st").total_chunks == 3
+    assert deltas(read_all(manager, "st")) == [("resync", 2, "trimmed"), *"cde", ("end", None)]
+    assert deltas(read_all(manager, "st", 3)) == [*"de", ("end", None)]
+
+
+def test_max_chunks_must_be_positive(manager_class):
+    with pytest.raises(ValueError, match="max_chunks"):
+        manager_class(max_chunks=0)
+
+
+def test_purge_removes_only_streams_finished_before_the_cutoff(manager):
+    for stream_id in ("old-ended", "old-failed", "old-active", "new-ended"):
+        writer_with(manager, "x", stream_id=stream_id)
+    manager.end_stream("old-ended")
+    manager.fail_stream("old-failed", "boom")
+    time.sleep(0.002)
+    cutoff = timezone.now()
+    time.sleep(0.002)
+    manager.end_stream("new-ended")
+
+    assert manager.purge_streams(cutoff) == 2
+
+    assert manager.get_stream_info("old-ended") is None
+    assert manager.get_stream_info("old-failed") is None
+    assert manager.get_stream_info("old-active") is not None
+    assert manager.get_stream_info("new-ended") is not None
+
+
+def test_delete_stream(manager):
+    writer_with(manager, "a")
+
+    assert manager.delete_stream("st") is True
+    assert manager.delete_stream("st") is False
+    assert manager.get_stream_info("st") is None
+
+
+def test_cleanup_and_reset_of_unknown_streams_raise(manager):
+    with pytest.raises(StreamNotFound):
+        manager.cleanup_to_step("ghost", 0)
+    with pytest.raises(StreamNotFound):
+        manager.reset_stream("ghost")
+
+
+def test_every_method_has_an_async_twin(manager):
+    names = sorted(StreamManager.__abstractmethods__ - {"subscribe"})
+
+    for name in names:
+        assert asyncio.iscoroutinefunction(getattr(manager, f"a{name}")), name
+
+    async def scenario():
+        writer = await manager.acreate_writer("st", "run-1", "researcher")
+        await writer.awrite_many([text("a"), text("b")])
+        await writer.aclose()
+        return await manager.aget_stream_info("st")
+
+    assert async_to_sync(scenario)().latest_sequence == 2
+
+
+@pytest.mark.django_db
+def test_orm_readers_get_everything_by_polling_when_no_notice_comes():
+    """Inside the test's transaction nothing commits, so no notice is ever sent."""
+    from streams_app.backends.orm import ORMStreamManager
+
+    manager = ORMStreamManager(poll_interval=0.02)
+    writer = writer_with(manager, "a")
+
+    async def scenario():
+        reader = asyncio.create_task(read(manager, "st"))
+        for label in "bc":
+            await asyncio.sleep(0.03)
+            await writer.awrite(text(label))
+        await manager.aend_stream("st")
+        return await reader
+
+    assert deltas(async_to_sync(scenario)()) == [*"abc", ("end", None)]
+    assert Stream.objects.get(pk="st").chunk_count == 3
