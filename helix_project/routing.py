@@ -1,3 +1,5 @@
 """WebSocket URL routes; each app contributes its consumers here."""
 
-websocket_urlpatterns: list = []
+from streams_app.routing import websocket_urlpatterns as stream_routes
+
+websocket_urlpatterns = [*stream_routes]

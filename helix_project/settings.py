@@ -101,6 +101,10 @@ def _database(url: str) -> dict:
             server_side_binding=env.bool("DATABASE_SERVER_SIDE_BINDING", default=True),
             prepare_threshold=None if threshold.lower() in {"", "none"} else int(threshold),
         )
+        # A psycopg pool per process makes Daphne's per-call connections cheap. Opt-in: a pool
+        # opened before a fork (Celery's prefork parent) must not be inherited.
+        if pool_size := env.int("DATABASE_POOL_MAX_SIZE", default=0):
+            database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
     return database
 
 
@@ -123,6 +127,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(VAR_DIR / "static")))
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # `collectstatic` fills it; WhiteNoise wants it.
 # WhiteNoise serves static files from the app directories in development and from STATIC_ROOT
 # (filled by `collectstatic`) in production, so no separate web server is needed.
 WHITENOISE_USE_FINDERS = DEBUG
@@ -183,6 +188,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 CELERY_TASK_IGNORE_RESULT = True
 
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "sessions_app.http.exception_handler",
+}
+
 HELIX = {
     "SESSION_STORE": {
         "BACKEND": "sessions_app.stores.orm.ORMSessionStateStore",
@@ -194,7 +205,7 @@ HELIX = {
             "max_chunks": env.int("STREAM_MAX_CHUNKS", default=None),
             # Readers look at the database this often when no notice comes. The embedded
             # mode's in-process channel layer cannot carry notices from the Celery worker.
-            "poll_interval": env.float("STREAM_POLL_INTERVAL", default=1.0 if REDIS_URL else 0.2),
+            "poll_interval": env.float("STREAM_POLL_INTERVAL", default=2.0 if REDIS_URL else 0.2),
         },
     },
     "STREAM_RETENTION_DAYS": env.float("STREAM_RETENTION_DAYS", default=7),

@@ -1,8 +1,9 @@
 """Root URL configuration."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("streams_app.urls")),
 ]

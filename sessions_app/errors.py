@@ -11,6 +11,7 @@ class HelixError(Exception):
     """Base of every domain error Helix raises on purpose."""
 
     code = "helix-error"
+    http_status = 400
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
@@ -20,6 +21,7 @@ class HelixError(Exception):
 
 class SessionNotFound(HelixError):
     code = "session-not-found"
+    http_status = 404
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"Session {session_id!r} does not exist.", session_id=session_id)
@@ -28,6 +30,7 @@ class SessionNotFound(HelixError):
 
 class SessionAlreadyExists(HelixError):
     code = "session-exists"
+    http_status = 409
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"Session {session_id!r} already exists.", session_id=session_id)
@@ -38,6 +41,7 @@ class VersionConflict(HelixError):
     """A write named an expected version that is no longer current; nothing was written."""
 
     code = "version-conflict"
+    http_status = 409
 
     def __init__(self, session_id: str, *, expected_version: int, current_version: int) -> None:
         super().__init__(
@@ -56,6 +60,7 @@ class StateSizeExceeded(HelixError):
     """A tool call's staged state writes are larger than the configured limit."""
 
     code = "state-size-exceeded"
+    http_status = 413
 
     def __init__(
         self,
@@ -87,6 +92,7 @@ class MessageIdConflict(HelixError):
     """A message id the caller chose already belongs to another session."""
 
     code = "message-id-conflict"
+    http_status = 409
 
     def __init__(self, message_id: str) -> None:
         super().__init__(
@@ -98,6 +104,7 @@ class MessageIdConflict(HelixError):
 
 class RunNotFound(HelixError):
     code = "run-not-found"
+    http_status = 404
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"Run {run_id!r} does not exist.", run_id=run_id)
@@ -108,6 +115,7 @@ class RunAlreadyExists(HelixError):
     """The run id, or the session's turn number, is taken."""
 
     code = "run-exists"
+    http_status = 409
 
     def __init__(self, session_id: str, *, run_id: str, turn: int) -> None:
         super().__init__(
@@ -120,6 +128,7 @@ class RunAlreadyExists(HelixError):
 
 class SubSessionRefNotFound(HelixError):
     code = "sub-session-ref-not-found"
+    http_status = 404
 
     def __init__(self, session_id: str, sub_session_id: str) -> None:
         super().__init__(

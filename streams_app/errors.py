@@ -7,6 +7,7 @@ from sessions_app.errors import HelixError
 
 class StreamNotFound(HelixError):
     code = "stream-not-found"
+    http_status = 404
 
     def __init__(self, stream_id: str) -> None:
         super().__init__(f"Stream {stream_id!r} does not exist.", stream_id=stream_id)
@@ -17,6 +18,7 @@ class StreamClosed(HelixError):
     """The stream's status does not allow the operation (writing to an ended stream, say)."""
 
     code = "stream-closed"
+    http_status = 409
 
     def __init__(self, stream_id: str, status: str, action: str) -> None:
         super().__init__(
@@ -31,6 +33,7 @@ class StreamClosed(HelixError):
 
 class InvalidChunk(HelixError):
     code = "invalid-chunk"
+    http_status = 400
 
     def __init__(self, error: ValidationError) -> None:
         problems = [
@@ -39,3 +42,14 @@ class InvalidChunk(HelixError):
         ]
         summary = "; ".join(f"{p['location'] or 'chunk'}: {p['problem']}" for p in problems)
         super().__init__(f"Invalid chunk: {summary}", problems=problems)
+
+
+class InvalidResumePoint(HelixError):
+    code = "invalid-from-sequence"
+    http_status = 400
+
+    def __init__(self, value: str) -> None:
+        super().__init__(
+            f"The sequence to resume after must be a non-negative integer, not {value!r}.",
+            value=value,
+        )

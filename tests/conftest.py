@@ -1,7 +1,9 @@
 """Shared test configuration: service checks for the whole run (see `tests.services`)."""
 
 import pytest
+from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.db import connections
 
 from tests.services import PROBLEMS, REQUIRED_SERVICES, database_vendor
 
@@ -33,3 +35,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("postgres") and problems["postgres"]
         ):
             item.add_marker(pytest.mark.skip(reason=f"postgres: {problems['postgres']}"))
+
+
+@pytest.fixture(autouse=True)
+def _close_connections_of_async_code():
+    """Close what async tests left open in asgiref's shared thread, so test databases can drop."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result()

@@ -54,7 +54,12 @@ DEFAULT_MAX_STAGED_CHANGES_BYTES = int(1.8 * 1024 * 1024)
 def async_twin[S, **P, R](
     method: Callable[Concatenate[S, P], R],
 ) -> Callable[Concatenate[S, P], Coroutine[Any, Any, R]]:
-    """Return an async method that runs the named sync method (as overridden) in a thread."""
+    """Return an async method that runs the named sync method (as overridden) in a thread.
+
+    Like Django's own async ORM methods, it leaves connections alone, so it is safe inside a
+    caller's transaction; long-lived async code (readers, consumers) refreshes connections
+    itself with `database_sync_to_async`.
+    """
     name = method.__name__
 
     async def twin(self: S, *args: P.args, **kwargs: P.kwargs) -> R:

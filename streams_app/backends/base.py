@@ -43,6 +43,7 @@ class StreamInfo:
     latest_sequence: int
     run_id: str | None
     agent_type: str | None
+    error: str | None
     created_at: datetime
     updated_at: datetime
 

@@ -104,6 +104,7 @@ class InMemoryStreamManager(StreamManager):
                 latest_sequence=stream.last_sequence,
                 run_id=stream.run_id or None,
                 agent_type=stream.agent_type or None,
+                error=stream.error or None,
                 created_at=stream.created_at,
                 updated_at=stream.updated_at,
             )

@@ -102,6 +102,7 @@ class ORMStreamManager(StreamManager):
             latest_sequence=row.last_sequence,
             run_id=row.run_id or None,
             agent_type=row.agent_type or None,
+            error=row.error or None,
             created_at=row.created_at,
             updated_at=row.updated_at,
         )

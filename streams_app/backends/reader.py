@@ -11,7 +11,7 @@ import time
 from collections import deque
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 from streams_app.backends import notices
 from streams_app.backends.base import (
@@ -117,8 +117,12 @@ class StreamReader:
             await self._subscription.close()
 
     async def _look(self) -> list[StreamEvent]:
-        """Read what follows the cursor from the store."""
-        snapshot = await sync_to_async(self.manager.read_snapshot)(
+        """Read what follows the cursor from the store.
+
+        Through `database_sync_to_async`: a reader lives as long as its client, so each look
+        drops a connection that broke or outlived its age, as Channels consumers must.
+        """
+        snapshot = await database_sync_to_async(self.manager.read_snapshot)(
             self.stream_id, self.cursor, REPLAY_BATCH
         )
         events, self.cursor, self.finished = events_from_snapshot(self.cursor, snapshot)

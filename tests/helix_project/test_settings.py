@@ -105,7 +105,7 @@ def test_service_urls_select_redis_backends(tmp_path):
         "django.db.backends.sqlite3",
     ]
     assert served.stdout.split() == [
-        "channels_redis.core.RedisChannelLayer",
+        "channels_redis.pubsub.RedisPubSubChannelLayer",
         "redis://127.0.0.1:6379/3",
         "django.db.backends.postgresql",
     ]

@@ -23,3 +23,34 @@ def manager_class(request: pytest.FixtureRequest, db: None) -> type[StreamManage
 @pytest.fixture
 def manager(manager_class: type[StreamManager]) -> StreamManager:
     return manager_class(poll_interval=TEST_POLL_INTERVAL)
+
+
+@pytest.fixture
+def owner(django_user_model):
+    return django_user_model.objects.create_user("owner", password="pw")
+
+
+@pytest.fixture
+def stranger(django_user_model):
+    return django_user_model.objects.create_user("stranger", password="pw")
+
+
+@pytest.fixture
+def owned_session(owner) -> str:
+    """Return the id of a session `owner` owns, whose stream has no writer yet."""
+    from sessions_app.stores import get_session_store
+
+    return (
+        get_session_store()
+        .create_session("chat-1", agent_type="researcher", owner_id=owner.pk)
+        .session_id
+    )
+
+
+def session_cookie(user) -> str:
+    """Log `user` in and return the `Cookie` header value that carries the login."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}"

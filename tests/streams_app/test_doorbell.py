@@ -8,12 +8,15 @@ import logging
 
 import pytest
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from django.test import override_settings
 
 from streams_app.backends import notices
 from streams_app.backends.base import ChunkEvent
 from streams_app.backends.orm import ORMStreamManager
+from streams_app.chunks import chunk_to_wire
 from streams_app.doorbell import send
+from streams_app.models import Stream, StreamChunk
 
 from .test_manager_conformance import text
 
@@ -48,21 +51,36 @@ def test_a_committed_write_wakes_readers_without_polling():
     assert followed == [["b"]] * 3
 
 
-@pytest.mark.django_db
+def store_unannounced(stream_id: str, *labels: str) -> list[tuple[int, dict]]:
+    """Store chunks the way the manager does but ring nobody, as if their notices were lost."""
+    stream = Stream.objects.get(pk=stream_id)
+    rows = [
+        StreamChunk.objects.create(
+            stream=stream,
+            sequence=stream.last_sequence + offset,
+            step=0,
+            type="text_delta",
+            chunk=chunk_to_wire({**text(label), "agentType": "researcher"}),
+        )
+        for offset, label in enumerate(labels, start=1)
+    ]
+    Stream.objects.filter(pk=stream_id).update(
+        last_sequence=rows[-1].sequence, chunk_count=stream.chunk_count + len(rows)
+    )
+    return [(row.sequence, row.chunk) for row in rows]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_notice_that_skips_a_sequence_sends_the_reader_to_the_store():
-    """Inside the test's transaction writes never ring; the test rings for chunk 3 alone, as
-    if the notice for chunk 2 had been lost."""
     manager = ORMStreamManager(poll_interval=SLOW_POLL)
-    writer = manager.create_writer("st", "run-1", "researcher")
-    writer.write(text("a"))
+    manager.create_writer("st", "run-1", "researcher").write(text("a"))
 
     async def scenario():
         reader = await manager.acreate_reader("st")
         try:
             first = await next_deltas(reader)
-            await writer.awrite_many([text("b"), text("c")])
-            third = (await manager.aget_all_chunks("st"))[-1]
-            await send("st", notices.chunks_notice([(third.sequence, third.chunk)]))
+            stored = await database_sync_to_async(store_unannounced)("st", "b", "c")
+            await send("st", notices.chunks_notice(stored[-1:]))  # Chunk 3 only: 2 was lost.
             return first, await next_deltas(reader)
         finally:
             await reader.aclose()
@@ -70,11 +88,10 @@ def test_a_notice_that_skips_a_sequence_sends_the_reader_to_the_store():
     assert async_to_sync(scenario)() == (["a"], ["b", "c"])
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_notice_repeating_delivered_chunks_is_ignored():
     manager = ORMStreamManager(poll_interval=SLOW_POLL)
-    writer = manager.create_writer("st", "run-1", "researcher")
-    writer.write_many([text("a"), text("b")])
+    manager.create_writer("st", "run-1", "researcher").write_many([text("a"), text("b")])
 
     async def scenario():
         reader = await manager.acreate_reader("st")

@@ -1,0 +1,41 @@
+"""Domain errors as HTTP responses: one JSON body shape for every API surface.
+
+`{"error": {"code": "...", "message": "...", "details": {...}}}`, with the status each
+`HelixError` subclass declares. DRF views use `exception_handler`; plain Django views (the SSE
+stream) use `error_response`.
+"""
+
+from typing import Any
+
+from django.http import JsonResponse
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from sessions_app.errors import HelixError
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Return the JSON body of an error."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def error_response(error: HelixError) -> JsonResponse:
+    """Return a domain error as a JSON response with its HTTP status."""
+    return JsonResponse(
+        error_body(error.code, error.message, error.details), status=error.http_status
+    )
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Render domain errors and DRF's own errors in the Helix error shape."""
+    if isinstance(exc, HelixError):
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+    response = drf_exception_handler(exc, context)
+    if response is None or not isinstance(exc, exceptions.APIException):
+        return response
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = error_body("invalid-input", "The request is not valid.", exc.detail)
+    else:
+        response.data = error_body(str(exc.get_codes()).replace("_", "-"), str(exc.detail))
+    return response

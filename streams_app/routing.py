@@ -1,0 +1,7 @@
+from django.urls import path
+
+from streams_app.consumers import StreamConsumer
+
+websocket_urlpatterns = [
+    path("ws/sessions/<str:session_id>/stream", StreamConsumer.as_asgi()),
+]
