@@ -16,6 +16,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qs
 
+from autobahn.exception import Disconnected  # What Daphne raises on sending to a client that left.
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
@@ -76,7 +77,10 @@ class StreamConsumer(AsyncWebsocketConsumer):
         while not self.reader.finished:
             events = await self.reader.next_events()
             if events:
-                await self._send_events(events)
+                try:
+                    await self._send_events(events)
+                except Disconnected:  # The client left mid-send; `disconnect` cleans up.
+                    return
                 last = events[-1]
         await self.close(code=1011 if isinstance(last, FailEvent) else 1000)
 
