@@ -1,4 +1,4 @@
-"""Compare Helix's ORM code paths with raw psycopg running the same SQL (`python -m bench`)."""
+"""Compare Helix's code paths with raw psycopg and raw Redis doing the same (`python -m bench`)."""
 
 import os
 from urllib.parse import urlsplit
@@ -6,9 +6,15 @@ from urllib.parse import urlsplit
 import environ
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/helix"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def database_url() -> str:
     """Return `DATABASE_URL` if it names PostgreSQL, else the default local PostgreSQL URL."""
     url = os.environ.get("DATABASE_URL", "")
     return url if urlsplit(url).scheme in environ.Env.POSTGRES_FAMILY else DEFAULT_DATABASE_URL
+
+
+def redis_url() -> str:
+    """Return `REDIS_URL` if set, else the default local Redis URL."""
+    return os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL

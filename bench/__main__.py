@@ -5,19 +5,25 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import django
 import psycopg
+import redis
 from django.db import connection
 from django.test.utils import override_settings
 
-from bench import database_url
+from bench import database_url, redis_url
 from bench.harness import Options
 
 DEFAULT_ITERATIONS = 500
 QUICK_ITERATIONS = 10
+DEFAULT_DELIVERIES = 200
+QUICK_DELIVERIES = 10
+DEFAULT_PAUSE_MS = 20.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,25 +31,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
     iterations = args.iterations or (QUICK_ITERATIONS if args.quick else DEFAULT_ITERATIONS)
     options = Options(
-        iterations=iterations, warmup=max(2, iterations // 10), show_sql=args.show_sql
+        iterations=iterations,
+        warmup=max(2, iterations // 10),
+        show_sql=args.show_sql,
+        deliveries=args.deliveries or (QUICK_DELIVERIES if args.quick else DEFAULT_DELIVERIES),
+        pause=args.pause_ms / 1000,
+        quick=args.quick,
     )
     url = database_url()
     if os.environ.get("DATABASE_URL", url) != url:
         print(f"DATABASE_URL does not name PostgreSQL; benchmarking on {url} instead.")
     os.environ["DATABASE_URL"] = url
+    # Before django.setup(): with REDIS_URL, settings pick the production channel layer.
+    os.environ["REDIS_URL"] = redis_url()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
-    from bench import stores  # Its models need the app registry that django.setup() fills.
+    # Their models need the app registry that django.setup() fills.
+    from bench import stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
         sys.exit(f"bench: needs PostgreSQL; DATABASE_URL gives {connection.vendor}.")
     _check_reachable(database)
+    redis_at = _check_redis(os.environ["REDIS_URL"])
     print(
-        f"PostgreSQL at {database['HOST']}:{database['PORT']}; "
-        "each ratio = ORM slowdown vs the raw side left of it."
+        f"PostgreSQL at {database['HOST']}:{database['PORT']}, Redis at {redis_at}; "
+        "each ratio = our slowdown vs the raw side left of it."
     )
-    print(stores.LEGEND + "\n")
 
     signal.signal(signal.SIGTERM, _exit_on_signal)
     database_name = database["NAME"]
@@ -53,9 +67,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # The debug cursor records every query; time the one production uses.
         with override_settings(DEBUG=False):
-            for table in stores.run(options):
-                print(table.render() + "\n", flush=True)
-                missed += [f"{table.title}: {row.metric}" for row in table.rows if not row.passed]
+            for module in (stores, streams):
+                print(module.LEGEND + "\n")
+                # Closing a generator cut short by a failure or SIGTERM stops what it started.
+                with closing(module.run(options)) as tables:
+                    for table in tables:
+                        print(table.render() + "\n", flush=True)
+                        missed += [
+                            f"{table.title}: {row.metric}" for row in table.rows if not row.passed
+                        ]
     finally:
         connection.creation.destroy_test_db(database_name, verbosity=0)
     if args.quick:
@@ -72,7 +92,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Compare the ORM session store with raw psycopg running the same SQL.",
+        description="Compare Helix's stores and streams with raw psycopg and raw Redis.",
     )
     parser.add_argument(
         "--iterations",
@@ -81,10 +101,22 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"{QUICK_ITERATIONS} with --quick); a tenth as many warm up first",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a few-second smoke run; targets are not enforced"
+        "--quick", action="store_true", help="a short smoke run; targets are not enforced"
     )
     parser.add_argument(
         "--show-sql", action="store_true", help="print the SQL each operation runs on both sides"
+    )
+    parser.add_argument(
+        "--deliveries",
+        type=_at_least_two,
+        help=f"timed stream writes per delivery side (default {DEFAULT_DELIVERIES}, "
+        f"{QUICK_DELIVERIES} with --quick)",
+    )
+    parser.add_argument(
+        "--pause-ms",
+        type=float,
+        default=DEFAULT_PAUSE_MS,
+        help="pause after each delivered stream write (default %(default)g)",
     )
     return parser.parse_args(argv)
 
@@ -112,6 +144,17 @@ def _check_reachable(database: dict[str, Any]) -> None:
         sys.exit(
             f"bench: PostgreSQL at {database['HOST']}:{database['PORT']} is unreachable: {error}"
         )
+
+
+def _check_redis(url: str) -> str:
+    """Return where the Redis at `url` listens; exit with the reason if it does not answer."""
+    where = f"{urlsplit(url).hostname}:{urlsplit(url).port or 6379}"  # Without credentials.
+    try:
+        with redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3) as client:
+            client.ping()
+    except (redis.RedisError, ValueError) as error:
+        sys.exit(f"bench: Redis at {where} (REDIS_URL) is unreachable: {error}")
+    return where
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:

@@ -15,6 +15,10 @@ class Options:
     iterations: int
     warmup: int
     show_sql: bool = False
+    # Stream benchmarks: timed writes per delivery side, the pause after each, and a smoke run.
+    deliveries: int = 200
+    pause: float = 0.02
+    quick: bool = False
 
 
 def interleave(operations: Sequence[Timed], options: Options) -> list[list[int]]:
@@ -36,34 +40,47 @@ def percentile_ms(timings: list[int], percent: int) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class Row:
-    """One metric of the ORM and of both raw sides, which a ratio compares it with."""
+    """One metric of ours and of both raw sides, which a ratio compares it with.
+
+    The right (strict) raw side is the baseline a target is enforced against; a row without
+    raw sides holds its target, lower being better, against our value itself.
+    """
 
     metric: str
     orm: float
-    lenient_raw: float
-    strict_raw: float
+    lenient_raw: float | None = None
+    strict_raw: float | None = None
     higher_is_better: bool = False
     target: float | None = None
     precision: int = 2
 
     @property
-    def lenient_ratio(self) -> float:
-        """Return how many times slower the ORM is than raw psycopg set up like Django's driver."""
+    def lenient_ratio(self) -> float | None:
+        """Return how many times slower we are than the left raw side."""
         return self._slowdown(self.lenient_raw)
 
     @property
-    def strict_ratio(self) -> float:
-        """Return how many times slower the ORM is than raw psycopg on its defaults."""
+    def strict_ratio(self) -> float | None:
+        """Return how many times slower we are than the right raw side, the strict baseline."""
         return self._slowdown(self.strict_raw)
 
     @property
     def passed(self) -> bool:
-        """Return whether the strict ratio meets the target; a row without one always passes."""
-        return self.target is None or self.strict_ratio <= self.target
+        """Return whether the strict ratio, or our value without one, meets the target."""
+        if self.target is None:
+            return True
+        ratio = self.strict_ratio
+        return (self.orm if ratio is None else ratio) <= self.target
 
-    def _slowdown(self, raw: float) -> float:
-        """Return how many times slower the ORM is than a raw side measuring `raw`."""
+    def _slowdown(self, raw: float | None) -> float | None:
+        """Return how many times slower we are than a raw side measuring `raw`."""
+        if raw is None:
+            return None
         return raw / self.orm if self.higher_is_better else self.orm / raw
+
+
+# Our side, then the raw side set up like Django's driver, then the one on psycopg's defaults.
+ORM_COLUMNS = ("ORM", "raw (Django driver setup)", "raw (psycopg defaults)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,24 +90,31 @@ class Table:
     title: str
     rows: list[Row]
     notes: list[str] = field(default_factory=list)
+    columns: tuple[str, str, str] = ORM_COLUMNS
 
     def render(self) -> str:
         """Return the table as aligned text, its notes below it."""
-        lines = [
-            self.title,
-            f"  {'metric':<12} {'ORM':>10} {'raw (Django driver setup)':>26} {'ratio':>6} "
-            f"{'raw (psycopg defaults)':>23} {'ratio':>6} {'target':>8}  result",
-        ]
+        widths = [max(10, len(column) + 1) for column in self.columns]
+        lines = [self.title, self._line("metric", self.columns, ("ratio", "ratio"), widths)]
+        lines[-1] += f" {'target':>8}  result"
         for row in self.rows:
-            target = "-" if row.target is None else f"<= {row.target:.2f}"
-            result = "-" if row.target is None else "PASS" if row.passed else "FAIL"
-            orm, lenient, strict = (
-                f"{value:,.{row.precision}f}"
+            values = [
+                "-" if value is None else f"{value:,.{row.precision}f}"
                 for value in (row.orm, row.lenient_raw, row.strict_raw)
-            )
-            lines.append(
-                f"  {row.metric:<12} {orm:>10} {lenient:>26} {row.lenient_ratio:>6.2f} "
-                f"{strict:>23} {row.strict_ratio:>6.2f} {target:>8}  {result}"
-            )
+            ]
+            ratios = [
+                "-" if ratio is None else f"{ratio:.2f}"
+                for ratio in (row.lenient_ratio, row.strict_ratio)
+            ]
+            digits = 0 if row.strict_raw is None else 2  # A value's own target, or a ratio's.
+            target = "-" if row.target is None else f"<= {row.target:,.{digits}f}"
+            result = "-" if row.target is None else "PASS" if row.passed else "FAIL"
+            lines.append(self._line(row.metric, values, ratios, widths) + f" {target:>8}  {result}")
         lines.extend(f"  {note}" for note in self.notes)
         return "\n".join(lines)
+
+    @staticmethod
+    def _line(metric: str, values: Sequence[str], ratios: Sequence[str], widths: list[int]) -> str:
+        """Return one aligned line: the metric, our value, then each raw value and its ratio."""
+        ours, lenient, strict = (f"{v:>{w}}" for v, w in zip(values, widths, strict=True))
+        return f"  {metric:<12} {ours} {lenient} {ratios[0]:>6} {strict} {ratios[1]:>6}"

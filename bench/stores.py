@@ -7,15 +7,14 @@
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-import psycopg
 from django.db import connection
 
 from bench.harness import Options, Row, Table, interleave, percentile_ms
 from bench.raw import INSERT_MESSAGES, RawSessionStore, connect
+from bench.trace import same_sql, sql_notes
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.types import (
     AppendOp,
@@ -265,52 +264,11 @@ def _staged_changes(step: int) -> list[StagedToolChange]:
 
 def _same_sql(raws: _Raws, calls: Sequence[Callable[[], object]], show: bool) -> list[str]:
     """Trace one call per side, the ORM's first; return notes on the SQL, or raise on a mismatch."""
-    orm_sql: list[str] = []
-
-    def record(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
-        orm_sql.append(sql)
-        return execute(sql, *args)
-
-    with connection.execute_wrapper(record):
-        calls[0]()
-    for raw, call in zip(raws, calls[1:], strict=True):
-        with _recording(raw.connection) as raw_sql:
-            call()
-        expected = [raw.statement_for(sql) for sql in orm_sql]
-        if raw_sql != expected:
-            pairs = zip(expected, raw_sql, strict=False)
-            differences = "".join(f"\n want: {a}\n raw:  {b}" for a, b in pairs if a != b)
-            raise RuntimeError(
-                f"The ORM ran {len(orm_sql)} statements and a raw side {len(raw_sql)}; bring "
-                f"bench/raw.py in line with sessions_app/stores/orm.py.{differences}"
-            )
+    orm_sql = same_sql(raws, calls, bring="bench/raw.py in line with sessions_app/stores/orm.py")
     note = f"SQL: the same {len(orm_sql)} statements per call on every side"
     if INSERT_MESSAGES in orm_sql:
         note += ", but psycopg defaults runs the UNNEST INSERT as executemany of the one-row one"
-    notes = [f"{note} (--show-sql)"]
-    return notes + [f"  {n}. {sql}" for n, sql in enumerate(orm_sql, 1)] if show else notes
-
-
-@contextmanager
-def _recording(raw_connection: psycopg.Connection) -> Iterator[list[str]]:
-    """Record the SQL text of every statement run on the raw connection's cursors."""
-    statements: list[str] = []
-    cursor_factory = raw_connection.cursor_factory
-
-    class RecordingCursor(cursor_factory):
-        def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            statements.append(query)
-            return super().execute(query, *args, **kwargs)
-
-        def executemany(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-            statements.append(query)
-            return super().executemany(query, *args, **kwargs)
-
-    raw_connection.cursor_factory = RecordingCursor
-    try:
-        yield statements
-    finally:
-        raw_connection.cursor_factory = cursor_factory
+    return sql_notes(orm_sql, note, show)
 
 
 def _same_work(raw: RawSessionStore, session_ids: Sequence[list[str]]) -> str:

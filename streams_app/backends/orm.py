@@ -6,10 +6,11 @@ in order: a reader never sees sequence n+1 before n. Readers are rung through th
 """
 
 import functools
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -29,6 +30,8 @@ from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
 from streams_app.doorbell import ChannelSubscription, bell
 from streams_app.errors import StreamNotFound
 from streams_app.models import Stream, StreamChunk
+
+ACTIVE = StreamStatus.ACTIVE.value
 
 
 class ORMStreamManager(StreamManager):
@@ -50,32 +53,37 @@ class ORMStreamManager(StreamManager):
         return StreamWriter(self, stream_id, run_id, agent_type)
 
     def append_chunks(self, stream_id: str, chunks: list[dict[str, Any]]) -> list[int]:
-        now = timezone.now()
-        with transaction.atomic():
-            locked = _lock(stream_id, "status", "last_sequence", "chunk_count", "trimmed_through")
-            check_can(stream_id, locked["status"], "write to", {StreamStatus.ACTIVE})
-            first = locked["last_sequence"] + 1
+        sql = _append_statements(connection.vendor)
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
+        with transaction.atomic(), connection.cursor() as cursor:
+            reserve = [len(chunks), len(chunks), now, stream_id, ACTIVE]
+            cursor.execute(sql.reserve, reserve)
+            reserved = cursor.fetchone()
+            if reserved is None:  # Missing or not active, unless resumed since: lock and see.
+                status = _lock(stream_id, "status")["status"]
+                check_can(stream_id, status, "write to", {StreamStatus.ACTIVE})
+                cursor.execute(sql.reserve, reserve)
+                reserved = cursor.fetchone()
+            last_sequence, count = reserved
+            first = last_sequence - len(chunks) + 1
             sequenced = [(first + offset, chunk) for offset, chunk in enumerate(chunks)]
-            StreamChunk.objects.bulk_create(
-                StreamChunk(
-                    stream_id=stream_id,
-                    sequence=sequence,
-                    step=chunk["step"],
-                    type=chunk["type"],
-                    chunk=chunk,
-                    created_at=now,
-                )
-                for sequence, chunk in sequenced
+            cursor.executemany(
+                sql.insert,
+                [
+                    (
+                        stream_id,
+                        sequence,
+                        chunk["step"],
+                        chunk["type"],
+                        to_json(chunk, connection),
+                        now,
+                    )
+                    for sequence, chunk in sequenced
+                ],
             )
-            count, trimmed_through = self._trim(
-                stream_id, locked["chunk_count"] + len(chunks), locked["trimmed_through"]
-            )
-            _stream(stream_id).update(
-                last_sequence=sequenced[-1][0],
-                chunk_count=count,
-                trimmed_through=trimmed_through,
-                updated_at=now,
-            )
+            if self.max_chunks is not None and count > self.max_chunks:
+                self._trim(stream_id, count)
             transaction.on_commit(functools.partial(bell.ring, stream_id, notice_for(sequenced)))
         return [sequence for sequence, _ in sequenced]
 
@@ -183,14 +191,12 @@ class ORMStreamManager(StreamManager):
         deleted, _ = finished.delete()  # Chunks go by database cascade, uncounted.
         return deleted
 
-    def _trim(self, stream_id: str, count: int, trimmed_through: int) -> tuple[int, int]:
-        """Delete the oldest chunks beyond `max_chunks`; return the new count and trim point."""
-        if self.max_chunks is None or count <= self.max_chunks:
-            return count, trimmed_through
+    def _trim(self, stream_id: str, count: int) -> None:
+        """Delete the oldest chunks of a stream holding `count`, more than `max_chunks`."""
         oldest = _chunks(stream_id).values_list("sequence", flat=True)
         cut = oldest[count - self.max_chunks - 1]
         _chunks(stream_id).filter(sequence__lte=cut).delete()
-        return self.max_chunks, cut
+        _stream(stream_id).update(chunk_count=self.max_chunks, trimmed_through=cut)
 
     def _finish(self, stream_id: str, status: StreamStatus, action: str, **fields: Any) -> None:
         with transaction.atomic():
@@ -211,6 +217,44 @@ class ORMStreamManager(StreamManager):
             check_can(stream_id, current, action, sources)
             _stream(stream_id).update(status=target, updated_at=timezone.now())
             _ring_changed(stream_id)
+
+
+@dataclass(frozen=True)
+class _AppendStatements:
+    """The SQL of `append_chunks`, which every streamed delta runs: written out, not compiled.
+
+    One `UPDATE ... RETURNING` checks the stream is active, reserves the sequences and holds the
+    stream's row lock until commit; one INSERT stores the chunks. Both are built from the models'
+    metadata.
+    """
+
+    reserve: str
+    insert: str
+
+
+@functools.cache
+def _append_statements(vendor: str) -> _AppendStatements:
+    """Return the append statements in the quoting of the `vendor` database."""
+    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
+
+    def column(model: type[models.Model], name: str) -> str:
+        return quote(model._meta.get_field(name).column)
+
+    last, count = column(Stream, "last_sequence"), column(Stream, "chunk_count")
+    chunk_columns = ("stream", "sequence", "step", "type", "chunk", "created_at")
+    return _AppendStatements(
+        reserve=(
+            f"UPDATE {quote(Stream._meta.db_table)} SET {last} = {last} + %s, "
+            f"{count} = {count} + %s, {column(Stream, 'updated_at')} = %s "
+            f"WHERE {column(Stream, 'id')} = %s AND {column(Stream, 'status')} = %s "
+            f"RETURNING {last}, {count}"
+        ),
+        insert=(
+            f"INSERT INTO {quote(StreamChunk._meta.db_table)} "
+            f"({', '.join(column(StreamChunk, name) for name in chunk_columns)}) "
+            f"VALUES ({', '.join(['%s'] * len(chunk_columns))})"
+        ),
+    )
 
 
 def _stream(stream_id: str):

@@ -1,17 +1,13 @@
 """Concurrency and atomicity proofs for the session stores (DESIGN invariants 1-3).
 
-Threads here are real writers: each has its own database connection and commits its own
-transactions, so on PostgreSQL they contend on row locks exactly as Celery workers do (on SQLite,
-on the database write lock).
+Threads here are real writers (`tests.threads.run_in_threads`).
 """
 
 import dataclasses
-import threading
-from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -30,31 +26,9 @@ from sessions_app.stores.types import (
     StagedToolChange,
     StepWrites,
 )
+from tests.threads import run_in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_in_threads(count: int, work: Callable[[int], object]) -> list[object]:
-    """Run `work(i)` in `count` threads released together; return results or raised errors."""
-    barrier = threading.Barrier(count)
-    results: list[object] = [None] * count
-
-    def target(index: int) -> None:
-        try:
-            barrier.wait()
-            results[index] = work(index)
-        except Exception as error:
-            results[index] = error
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=target, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not any(thread.is_alive() for thread in threads), "a writer thread hung"
-    return results
 
 
 def test_concurrent_appends_get_gap_free_unique_sequences(store, session_id):

@@ -1,0 +1,70 @@
+"""Append stream chunks on a bare psycopg connection with the ORM's own SQL."""
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+# Each statement is the SQL text ORMStreamManager.append_chunks sends on PostgreSQL for one
+# chunk, letter for letter (bench.streams checks this before timing), with the same parameters.
+RESERVE_SEQUENCES = (
+    'UPDATE "streams_app_stream" SET "last_sequence" = "last_sequence" + %s, '
+    '"chunk_count" = "chunk_count" + %s, "updated_at" = %s WHERE "id" = %s AND "status" = %s '
+    'RETURNING "last_sequence", "chunk_count"'
+)
+INSERT_CHUNK = (
+    'INSERT INTO "streams_app_streamchunk" ("stream_id", "sequence", "step", "type", "chunk", '
+    '"created_at") VALUES (%s, %s, %s, %s, %s, %s)'
+)
+
+
+AGENT_TYPE = "bench"
+# 100 bytes of text, about what a model streams between two flushes.
+_WORDS = "Each delta carries the next few words of the answer, streamed as the model writes. "
+DELTA = (_WORDS * 2)[:100]
+
+
+def delta_input(session_id: str) -> dict[str, Any]:
+    """Return a `text_delta` chunk as an agent hands it to its `StreamWriter`."""
+    return {"type": "text_delta", "step": 0, "sessionId": session_id, "delta": DELTA}
+
+
+def wire_delta(session_id: str) -> dict[str, Any]:
+    """Return the same chunk in the wire form the writer validates it into and stores."""
+    return {
+        "step": 0,
+        "sessionId": session_id,
+        "agentType": AGENT_TYPE,
+        "timestamp": time.time_ns() // 1_000_000,
+        "type": "text_delta",
+        "delta": DELTA,
+        "messageId": None,
+    }
+
+
+class RawChunkWriter:
+    """Append wire-form chunks one per transaction, as `ORMStreamManager.append_chunks` does."""
+
+    def __init__(self, connection: psycopg.Connection) -> None:
+        self.connection = connection
+
+    def statement_for(self, orm_sql: str) -> str:
+        """Return the statement this writer runs where the ORM runs `orm_sql`: the same one."""
+        return orm_sql
+
+    def write(self, stream_id: str, chunk: dict[str, Any]) -> int:
+        """Append one chunk under the stream's row lock; return its sequence."""
+        now = datetime.now(UTC)
+        with self.connection.transaction(), self.connection.cursor() as cursor:
+            cursor.execute(RESERVE_SEQUENCES, (1, 1, now, stream_id, "active"))
+            row = cursor.fetchone()
+            if row is None:
+                raise LookupError(f"no active stream {stream_id}")
+            sequence = row[0]
+            cursor.executemany(
+                INSERT_CHUNK,
+                [(stream_id, sequence, chunk["step"], chunk["type"], Jsonb(chunk), now)],
+            )
+        return sequence
