@@ -5,8 +5,14 @@ A reader keeps a cursor: the sequence of the last chunk it delivered. It looks a
 carries chunks continuing exactly from the cursor is delivered as it is; anything else (a gap, a
 status change, a lost notice noticed by the poll timer) sends the reader back to the store, the
 source of truth.
+
+A quiet reader looks at the store after a poll interval in case a notice was lost. Readers of one
+stream, woken together by its last notice, spread their looks by a random fraction of the
+interval, and while the stream stays quiet each wait doubles up to a cap, so idle readers cost
+the database little; any notice brings the interval back.
 """
 
+import random
 import time
 from collections import deque
 from typing import Any
@@ -28,6 +34,10 @@ from streams_app.backends.base import (
 
 # Chunks fetched per look at the store while replaying.
 REPLAY_BATCH = 1000
+# How far each quiet wait strays from its interval, either way, as a fraction of it.
+POLL_JITTER = 0.25
+# The longest quiet wait, in poll intervals.
+MAX_POLL_BACKOFF = 8
 
 
 def events_from_snapshot(cursor: int, snapshot: Snapshot) -> tuple[list[StreamEvent], int, bool]:
@@ -63,6 +73,7 @@ class StreamReader:
         self._subscription = manager.subscribe(stream_id)
         self._started = False
         self._must_look = True
+        self._quiet_wait = manager.poll_interval
         self._ready: deque[StreamEvent] = deque()
 
     def __aiter__(self) -> "StreamReader":
@@ -97,13 +108,17 @@ class StreamReader:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return []
-            wait = self.manager.poll_interval
+            wait = self._quiet_wait * random.uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
             received = await self._subscription.wait(
                 wait if remaining is None else min(wait, remaining)
             )
-            if received is None:  # Quiet for a poll interval: a notice may have been lost.
+            if received is None:  # Quiet: a notice may have been lost. Look, then wait longer.
                 self._must_look = True
+                self._quiet_wait = min(
+                    2 * self._quiet_wait, MAX_POLL_BACKOFF * self.manager.poll_interval
+                )
                 continue
+            self._quiet_wait = self.manager.poll_interval
             events = self._follow(received)
             if events:
                 return events
