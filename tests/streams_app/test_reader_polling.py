@@ -4,6 +4,7 @@ The reader is shared by every backend; the in-memory one keeps its looks free of
 """
 
 import asyncio
+import itertools
 import time
 
 from asgiref.sync import async_to_sync
@@ -50,7 +51,7 @@ def test_a_quiet_reader_looks_less_and_less_often_until_a_notice_comes():
             await reader.aclose()
 
     quiet, delivered, notified_at, after_notice = async_to_sync(scenario)()
-    gaps = [later - earlier for earlier, later in zip(quiet, quiet[1:])]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(quiet)]
     # Polling every interval would look 50 times in the quiet second; doubling waits, about 10.
     assert len(gaps) <= 14
     longest = MAX_POLL_BACKOFF * interval
