@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
@@ -25,6 +25,7 @@ from sessions_app.errors import (
 )
 from sessions_app.stores import rules
 from sessions_app.stores.base import SessionStateStore
+from sessions_app.stores.statements import execute, fetch_one, statements
 from sessions_app.stores.types import (
     LIVE_STATUSES,
     CasApplied,
@@ -56,6 +57,7 @@ from sessions_app.stores.types import (
     merge_op_to_json,
 )
 
+_CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
 _SUMMARY_FIELDS = (
     "id",
     "agent_type",
@@ -165,31 +167,46 @@ class ORMSessionStateStore(SessionStateStore):
         expected_version: int | None = None,
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
+        sql = statements(connection.vendor)
         with transaction.atomic():
-            locked = _lock(session_id, "version", "message_count")
-            _check_version(session_id, expected_version, locked["version"])
+            locked = fetch_one(sql.lock_version_and_message_count, [session_id])
+            if locked is None:
+                raise SessionNotFound(session_id)
+            version, message_count = locked
+            _check_version(session_id, expected_version, version)
             now = timezone.now()
-            appended = _insert_messages(session_id, messages, now)
-            message_count = locked["message_count"] + len(appended)
+            message_count += len(_insert_messages(session_id, messages, now))
             fields = rules.state_fields(state)
             new_version = _write_state(
-                session_id, locked["version"], message_count=message_count, **_columns(fields)
+                session_id, version, message_count=message_count, **_columns(fields)
             )
             snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
-            row = models.Checkpoint.objects.create(
-                session_id=session_id,
-                run_id=checkpoint.run_id or "",
-                step_id=checkpoint.step_id,
-                step_count=checkpoint.step_count,
-                message_count=message_count,
-                stream_sequence=checkpoint.stream_sequence,
-                state=snapshot,
-                created_at=now,
+            checkpoint_id = models.generate_id()
+            execute(
+                sql.insert_checkpoint,
+                [
+                    checkpoint_id,
+                    session_id,
+                    checkpoint.run_id or "",
+                    checkpoint.step_id,
+                    checkpoint.step_count,
+                    message_count,
+                    checkpoint.stream_sequence,
+                    _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
+                    connection.ops.adapt_datetimefield_value(now),
+                ],
             )
-            _staged(session_id, checkpoint.step_id).update(
-                status=StagedChangeStatus.PROMOTED, checkpoint_id=row.id
+            execute(
+                sql.promote_staged,
+                [
+                    StagedChangeStatus.PROMOTED.value,
+                    checkpoint_id,
+                    session_id,
+                    StagedChangeStatus.STAGED.value,
+                    checkpoint.step_id,
+                ],
             )
-        return CommitResult(checkpoint_id=row.id, new_version=new_version)
+        return CommitResult(checkpoint_id=checkpoint_id, new_version=new_version)
 
     # Atomic operations
 
@@ -619,8 +636,9 @@ def _insert_messages(session_id: str, messages: Sequence[Message], now: datetime
     """Insert messages after the session's last one; the caller holds the session lock."""
     if not messages:
         return []
-    latest = models.Message.objects.filter(session_id=session_id).order_by("-sequence")
-    last = next(iter(latest.values("id", "sequence")[:1]), None)
+    last_id, last_sequence = fetch_one(
+        statements(connection.vendor).last_message, [session_id]
+    ) or (None, 0)
     wanted = rules.lookup_ids(messages)
     stored_sessions = (
         dict(models.Message.objects.filter(pk__in=wanted).values_list("id", "session_id"))
@@ -631,8 +649,8 @@ def _insert_messages(session_id: str, messages: Sequence[Message], now: datetime
         session_id,
         messages,
         stored_sessions=stored_sessions,
-        last_message_id=last["id"] if last else None,
-        last_sequence=last["sequence"] if last else 0,
+        last_message_id=last_id,
+        last_sequence=last_sequence,
         now=now,
     )
     models.Message.objects.bulk_create(

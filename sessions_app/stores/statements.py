@@ -1,0 +1,93 @@
+"""Written-out SQL for the store's hottest path, the step commit (and the message append).
+
+Each statement is the one the ORM compiles for the same query, letter for letter, built once
+per database from the models' metadata. A step commit then pays for its database work and not
+for compiling six queries, which the benchmark (bench/) measured costing more than that work.
+"""
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models import Model
+
+from sessions_app import models
+
+CHECKPOINT_COLUMNS = (
+    "id",
+    "session",
+    "run_id",
+    "step_id",
+    "step_count",
+    "message_count",
+    "stream_sequence",
+    "state",
+    "created_at",
+)
+
+
+@dataclass(frozen=True)
+class Statements:
+    # Locks a session's row; returns its version and message count.
+    lock_version_and_message_count: str
+    # Returns the id and sequence of a session's last message.
+    last_message: str
+    # Inserts a checkpoint of CHECKPOINT_COLUMNS.
+    insert_checkpoint: str
+    # Sets status and checkpoint of a session's changes staged by one step.
+    promote_staged: str
+
+
+@functools.cache
+def statements(vendor: str) -> Statements:
+    """Return the statements in the dialect of the `vendor` database."""
+    database = connections[DEFAULT_DB_ALIAS]
+    quote = database.ops.quote_name
+
+    def table(model: type[Model]) -> str:
+        return quote(model._meta.db_table)
+
+    def column(model: type[Model], name: str) -> str:
+        return quote(model._meta.get_field(name).column)
+
+    def qualified(model: type[Model], name: str) -> str:
+        return f"{table(model)}.{column(model, name)}"
+
+    session, message, staged = models.AgentSession, models.Message, models.StagedChange
+    for_update = " FOR UPDATE" if database.features.has_select_for_update else ""
+    checkpoint_columns = ", ".join(column(models.Checkpoint, c) for c in CHECKPOINT_COLUMNS)
+    return Statements(
+        lock_version_and_message_count=(
+            f"SELECT {qualified(session, 'version')} AS {quote('version')}, "
+            f"{qualified(session, 'message_count')} AS {quote('message_count')} "
+            f"FROM {table(session)} WHERE {qualified(session, 'id')} = %s{for_update}"
+        ),
+        last_message=(
+            f"SELECT {qualified(message, 'id')} AS {quote('id')}, "
+            f"{qualified(message, 'sequence')} AS {quote('sequence')} FROM {table(message)} "
+            f"WHERE {qualified(message, 'session')} = %s ORDER BY 2 DESC LIMIT 1"
+        ),
+        insert_checkpoint=(
+            f"INSERT INTO {table(models.Checkpoint)} ({checkpoint_columns}) "
+            f"VALUES ({', '.join(['%s'] * len(CHECKPOINT_COLUMNS))})"
+        ),
+        promote_staged=(
+            f"UPDATE {table(staged)} SET {column(staged, 'status')} = %s, "
+            f"{column(staged, 'checkpoint_id')} = %s WHERE ({qualified(staged, 'session')} = %s "
+            f"AND {qualified(staged, 'status')} = %s AND {qualified(staged, 'step_id')} = %s)"
+        ),
+    )
+
+
+def fetch_one(sql: str, params: list[Any]) -> tuple | None:
+    """Run a statement on the default database; return its first row, if any."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+def execute(sql: str, params: list[Any]) -> None:
+    """Run a statement on the default database."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)

@@ -1,0 +1,57 @@
+"""The store's written-out statements are exactly what the ORM compiles for the same queries."""
+
+import pytest
+from django.db import connection, transaction
+
+from sessions_app import models
+from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
+
+pytestmark = pytest.mark.django_db
+
+
+def compiled_by_orm(run) -> list[str]:
+    """Return the SQL text of every statement `run` sends, before parameters are bound."""
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record), transaction.atomic(savepoint=False):
+        run()
+    return sent
+
+
+def test_each_statement_matches_the_orm_on_this_database():
+    session = models.AgentSession.objects.create(agent_type="assistant")
+    sql = statements(connection.vendor)
+
+    def lock():
+        rows = models.AgentSession.objects.select_for_update().filter(pk=session.pk)
+        list(rows.values("version", "message_count"))
+
+    def last_message():
+        latest = models.Message.objects.filter(session_id=session.pk).order_by("-sequence")
+        list(latest.values("id", "sequence")[:1])
+
+    def insert_checkpoint():
+        models.Checkpoint.objects.create(
+            session=session, step_id="s", step_count=1, message_count=0, stream_sequence=0, state={}
+        )
+
+    def promote_staged():
+        staged = models.StagedChange.objects.filter(
+            session_id=session.pk, step_id="s", status=models.StagedChange.Status.STAGED
+        )
+        staged.update(status=models.StagedChange.Status.PROMOTED, checkpoint_id="c")
+
+    assert compiled_by_orm(lock) == [sql.lock_version_and_message_count]
+    assert compiled_by_orm(last_message) == [sql.last_message]
+    assert compiled_by_orm(insert_checkpoint) == [sql.insert_checkpoint]
+    assert compiled_by_orm(promote_staged) == [sql.promote_staged]
+
+
+def test_checkpoint_columns_follow_the_model():
+    fields = [field.name for field in models.Checkpoint._meta.concrete_fields]
+    assert list(CHECKPOINT_COLUMNS) == fields
+    assert models.Checkpoint().pk  # Ids are made in Python: the INSERT returns nothing.
