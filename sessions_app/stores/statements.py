@@ -3,6 +3,7 @@
 Each statement is the one the ORM compiles for the same query, letter for letter, built once
 per database from the models' metadata. A step commit then pays for its database work and not
 for compiling six queries, which the benchmark (bench/) measured costing more than that work.
+The naming helpers serve the stream append's statements too.
 """
 
 import functools
@@ -39,21 +40,30 @@ class Statements:
     promote_staged: str
 
 
+def quote(name: str) -> str:
+    """Return an identifier quoted for the default database."""
+    return connections[DEFAULT_DB_ALIAS].ops.quote_name(name)
+
+
+def table(model: type[Model]) -> str:
+    """Return a model's table name, quoted."""
+    return quote(model._meta.db_table)
+
+
+def column(model: type[Model], name: str) -> str:
+    """Return the quoted column of a model's field."""
+    return quote(model._meta.get_field(name).column)
+
+
+def qualified(model: type[Model], name: str) -> str:
+    """Return the quoted column of a model's field, qualified by its table, as the ORM does."""
+    return f"{table(model)}.{column(model, name)}"
+
+
 @functools.cache
 def statements(vendor: str) -> Statements:
     """Return the statements in the dialect of the `vendor` database."""
     database = connections[DEFAULT_DB_ALIAS]
-    quote = database.ops.quote_name
-
-    def table(model: type[Model]) -> str:
-        return quote(model._meta.db_table)
-
-    def column(model: type[Model], name: str) -> str:
-        return quote(model._meta.get_field(name).column)
-
-    def qualified(model: type[Model], name: str) -> str:
-        return f"{table(model)}.{column(model, name)}"
-
     session, message, staged = models.AgentSession, models.Message, models.StagedChange
     for_update = " FOR UPDATE" if database.features.has_select_for_update else ""
     checkpoint_columns = ", ".join(column(models.Checkpoint, c) for c in CHECKPOINT_COLUMNS)

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
 from sessions_app.stores.rules import check_identifier
+from sessions_app.stores.statements import column, table
 from streams_app.backends import notices
 from streams_app.backends.base import (
     ChunkPage,
@@ -234,23 +235,18 @@ class _AppendStatements:
 
 @functools.cache
 def _append_statements(vendor: str) -> _AppendStatements:
-    """Return the append statements in the quoting of the `vendor` database."""
-    quote = connections[DEFAULT_DB_ALIAS].ops.quote_name
-
-    def column(model: type[models.Model], name: str) -> str:
-        return quote(model._meta.get_field(name).column)
-
+    """Return the append statements in the dialect of the `vendor` database."""
     last, count = column(Stream, "last_sequence"), column(Stream, "chunk_count")
     chunk_columns = ("stream", "sequence", "step", "type", "chunk", "created_at")
     return _AppendStatements(
         reserve=(
-            f"UPDATE {quote(Stream._meta.db_table)} SET {last} = {last} + %s, "
-            f"{count} = {count} + %s, {column(Stream, 'updated_at')} = %s "
+            f"UPDATE {table(Stream)} SET {last} = {last} + %s, {count} = {count} + %s, "
+            f"{column(Stream, 'updated_at')} = %s "
             f"WHERE {column(Stream, 'id')} = %s AND {column(Stream, 'status')} = %s "
             f"RETURNING {last}, {count}"
         ),
         insert=(
-            f"INSERT INTO {quote(StreamChunk._meta.db_table)} "
+            f"INSERT INTO {table(StreamChunk)} "
             f"({', '.join(column(StreamChunk, name) for name in chunk_columns)}) "
             f"VALUES ({', '.join(['%s'] * len(chunk_columns))})"
         ),
