@@ -121,9 +121,12 @@ def cookie(owner) -> str:
     return session_cookie(owner)
 
 
-def start_writer(env: dict[str, str], stream_id: str, count: int = CHUNKS) -> subprocess.Popen:
+def start_writer(
+    env: dict[str, str], stream_id: str, count: int = CHUNKS, pause: float = 0.0
+) -> subprocess.Popen:
+    """Start a process writing `count` chunks, `pause` seconds apart, then ending the stream."""
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.streams_app.live_writer", stream_id, str(count)],
+        [sys.executable, "-m", "tests.streams_app.live_writer", stream_id, str(count), str(pause)],
         cwd=ROOT,
         env=env,
     )
@@ -154,10 +157,10 @@ class Received:
 
 
 async def websocket_client(
-    daphne: Daphne, cookie: str, session_id: str, *, max_per_connection=None
+    daphne: Daphne, cookie: str, session_id: str, *, max_per_connection=None, received=None
 ):
     """Read the stream over WebSocket, reconnecting from the last sequence after each drop."""
-    received = Received()
+    received = received or Received()
     while received.final is None:
         url = f"ws://127.0.0.1:{daphne.port}/ws/sessions/{session_id}/stream?fromSequence={received.last}"
         budget = random.randint(1, max_per_connection) if max_per_connection else None
@@ -183,9 +186,11 @@ async def websocket_client(
     return received
 
 
-async def sse_client(daphne: Daphne, cookie: str, session_id: str, *, max_per_connection=None):
+async def sse_client(
+    daphne: Daphne, cookie: str, session_id: str, *, max_per_connection=None, received=None
+):
     """Read the stream over SSE, resuming with Last-Event-ID after each drop."""
-    received = Received()
+    received = received or Received()
     url = f"http://127.0.0.1:{daphne.port}/api/sessions/{session_id}/stream"
     async with httpx.AsyncClient(timeout=10, headers={"Cookie": cookie}) as client:
         while received.final is None:
@@ -235,18 +240,21 @@ async def test_clients_dropping_at_random_and_resuming_miss_nothing(
 
 
 async def test_clients_resume_after_daphne_is_killed_mid_stream(daphne, env, cookie, owned_session):
-    writer = start_writer(env, owned_session)
+    writer = start_writer(env, owned_session, pause=0.002)  # At least 4 s: the kill lands mid-way.
+    by_socket, by_sse = Received(), Received()
     clients = asyncio.gather(
-        websocket_client(daphne, cookie, owned_session),
-        sse_client(daphne, cookie, owned_session),
+        websocket_client(daphne, cookie, owned_session, received=by_socket),
+        sse_client(daphne, cookie, owned_session, received=by_sse),
     )
-    await asyncio.sleep(1.0)
+    async with asyncio.timeout(30):  # Kill only once both clients are connected and reading.
+        while not (by_socket.sequences and by_sse.sequences):
+            await asyncio.sleep(0.05)
     assert writer.poll() is None, "the writer finished before Daphne was killed"
     daphne.kill()
     await asyncio.sleep(0.5)
     daphne.start()
 
-    by_socket, by_sse = await asyncio.wait_for(clients, timeout=120)
+    await asyncio.wait_for(clients, timeout=120)
 
     assert writer.wait(timeout=60) == 0
     await assert_got_the_stored_log(owned_session, by_socket, by_sse)
