@@ -80,6 +80,10 @@ class AgentSession(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
 
     version = models.PositiveIntegerField(default=1)
+    lease_holder = models.CharField(
+        max_length=64, blank=True, default="", help_text="The worker attempt running a step."
+    )
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
     resume_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

@@ -31,6 +31,20 @@ class StreamClosed(HelixError):
         self.status = status
 
 
+class WriterSuperseded(HelixError):
+    """An exclusive writer wrote after a newer exclusive writer of its stream was opened."""
+
+    code = "writer-superseded"
+    http_status = 409
+
+    def __init__(self, stream_id: str) -> None:
+        super().__init__(
+            f"A newer writer of stream {stream_id!r} took over; this one may not write.",
+            stream_id=stream_id,
+        )
+        self.stream_id = stream_id
+
+
 class InvalidChunk(HelixError):
     code = "invalid-chunk"
     http_status = 400

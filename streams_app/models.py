@@ -27,6 +27,9 @@ class Stream(models.Model):
         default=0, help_text="Chunks up to this sequence were trimmed by the max_chunks cap."
     )
     chunk_count = models.PositiveIntegerField(default=0)
+    writer_epoch = models.PositiveIntegerField(
+        default=0, help_text="Bumped by each exclusive writer; older ones may no longer write."
+    )
     final_output = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)

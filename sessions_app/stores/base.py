@@ -181,6 +181,25 @@ class SessionStateStore(abc.ABC):
         having written nothing.
         """
 
+    # Step leases
+
+    @abc.abstractmethod
+    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> int | None:
+        """Give `holder` the session's step lease for `ttl` seconds and bump `version`.
+
+        Return the new version, or `None` while another holder's lease is unexpired. Taking the
+        lease is a state write, so a worker that lost it can never commit with the version it
+        was given (DESIGN invariant 3).
+        """
+
+    @abc.abstractmethod
+    def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
+        """Extend `holder`'s lease to `ttl` seconds from now; return whether it still holds it."""
+
+    @abc.abstractmethod
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        """Give up `holder`'s lease; return whether it held it."""
+
     # Durable interrupt flags
 
     @abc.abstractmethod
@@ -364,6 +383,9 @@ class SessionStateStore(abc.ABC):
     aupdate_status = async_twin(update_status)
     aincrement_step_count = async_twin(increment_step_count)
     acompare_and_set_status = async_twin(compare_and_set_status)
+    aacquire_lease = async_twin(acquire_lease)
+    arenew_lease = async_twin(renew_lease)
+    arelease_lease = async_twin(release_lease)
     aset_interrupt_flag = async_twin(set_interrupt_flag)
     acheck_interrupt_flag = async_twin(check_interrupt_flag)
     aclear_interrupt_flag = async_twin(clear_interrupt_flag)

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -95,6 +95,7 @@ class InMemorySessionStateStore(SessionStateStore):
         self._messages: dict[str, list[Message]] = {}
         self._message_sessions: dict[str, str] = {}
         self._flags: dict[str, InterruptFlagInfo] = {}
+        self._leases: dict[str, tuple[str, datetime]] = {}
         self._sub_session_refs: dict[str, dict[str, SubSessionRef]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[Checkpoint]] = {}
@@ -159,6 +160,7 @@ class InMemorySessionStateStore(SessionStateStore):
             for message in self._messages.pop(session_id):
                 del self._message_sessions[message.id]
             self._flags.pop(session_id, None)
+            self._leases.pop(session_id, None)
             self._sub_session_refs.pop(session_id)
             self._checkpoints.pop(session_id)
             self._staged.pop(session_id)
@@ -280,6 +282,37 @@ class InMemorySessionStateStore(SessionStateStore):
             ):
                 return CasRejected(current_status=stored.status, current_version=stored.version)
             return CasApplied(new_version=self._write_state(stored, **fields))
+
+    # Step leases
+
+    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> int | None:
+        now = timezone.now()
+        with self._lock:
+            stored = self._get(session_id)
+            current, expires_at = self._leases.get(session_id, (holder, now))
+            if current != holder and expires_at > now:
+                return None
+            self._leases[session_id] = (holder, now + timedelta(seconds=ttl))
+            return self._write_state(stored)
+
+    def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
+        with self._lock:
+            if not self._holds(session_id, holder):
+                return False
+            self._leases[session_id] = (holder, timezone.now() + timedelta(seconds=ttl))
+            return True
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        with self._lock:
+            if not self._holds(session_id, holder):
+                return False
+            del self._leases[session_id]
+            return True
+
+    def _holds(self, session_id: str, holder: str) -> bool:
+        self._get(session_id)
+        lease = self._leases.get(session_id)
+        return lease is not None and lease[0] == holder
 
     # Durable interrupt flags
 

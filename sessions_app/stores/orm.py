@@ -7,7 +7,7 @@ before the lock, which is what keeps message sequences gap-free and versions hon
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -269,6 +269,33 @@ class ORMSessionStateStore(SessionStateStore):
                     current_version=locked["version"],
                 )
             return CasApplied(new_version=_write_state(session_id, locked["version"], **columns))
+
+    # Step leases
+
+    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> int | None:
+        now = timezone.now()
+        with transaction.atomic():
+            locked = _lock(session_id, "version", "lease_holder", "lease_expires_at")
+            if locked["lease_holder"] not in ("", holder) and locked["lease_expires_at"] > now:
+                return None
+            return _write_state(
+                session_id,
+                locked["version"],
+                lease_holder=holder,
+                lease_expires_at=now + timedelta(seconds=ttl),
+            )
+
+    def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            held = models.AgentSession.objects.filter(pk=session_id, lease_holder=holder)
+            return held.update(lease_expires_at=timezone.now() + timedelta(seconds=ttl)) > 0
+
+    def release_lease(self, session_id: str, holder: str) -> bool:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            held = models.AgentSession.objects.filter(pk=session_id, lease_holder=holder)
+            return held.update(lease_holder="", lease_expires_at=None) > 0
 
     # Durable interrupt flags
 

@@ -118,11 +118,19 @@ class Snapshot:
 class StreamWriter:
     """Appends validated chunks to one stream; closing it closes the writer, not the stream."""
 
-    def __init__(self, manager: "StreamManager", stream_id: str, run_id: str, agent_type: str):
+    def __init__(
+        self,
+        manager: "StreamManager",
+        stream_id: str,
+        run_id: str,
+        agent_type: str,
+        epoch: int | None = None,
+    ):
         self.manager = manager
         self.stream_id = stream_id
         self.run_id = run_id
         self.agent_type = agent_type
+        self.epoch = epoch  # Set for exclusive writers only.
         self.closed = False
 
     def write(self, chunk: Chunk | Mapping[str, Any]) -> int:
@@ -143,7 +151,7 @@ class StreamWriter:
             )
             for chunk in chunks
         ]
-        return self.manager.append_chunks(self.stream_id, wire) if wire else []
+        return self.manager.append_chunks(self.stream_id, wire, epoch=self.epoch) if wire else []
 
     def close(self) -> None:
         """Close this writer; the stream stays as it is."""
@@ -166,11 +174,15 @@ class StreamManager(abc.ABC):
     # Writers and readers
 
     @abc.abstractmethod
-    def create_writer(self, stream_id: str, run_id: str, agent_type: str) -> StreamWriter:
+    def create_writer(
+        self, stream_id: str, run_id: str, agent_type: str, *, exclusive: bool = False
+    ) -> StreamWriter:
         """Open the stream for a run, creating it if needed, and return a writer.
 
         A stream that had ended or failed becomes active again for the new run; its chunks and
-        sequence carry on.
+        sequence carry on. An exclusive writer fences out the exclusive writers opened before
+        it: their writes raise `WriterSuperseded`. The runtime opens one per step attempt, so a
+        worker that lost its step can never add chunks after its successor cleaned up.
         """
 
     def create_reader(self, stream_id: str) -> "StreamReader | None":
@@ -197,11 +209,14 @@ class StreamManager(abc.ABC):
     # Stream control
 
     @abc.abstractmethod
-    def append_chunks(self, stream_id: str, chunks: list[dict[str, Any]]) -> list[int]:
+    def append_chunks(
+        self, stream_id: str, chunks: list[dict[str, Any]], *, epoch: int | None = None
+    ) -> list[int]:
         """Append wire-form chunks (already validated, as writers pass them); return sequences.
 
-        Raises `StreamNotFound` for a stream no writer opened and `StreamClosed` unless the
-        stream is active. Readers are told after the chunks are stored.
+        Raises `StreamNotFound` for a stream no writer opened, `StreamClosed` unless the stream
+        is active, and `WriterSuperseded` if `epoch` (an exclusive writer's) is not the
+        stream's latest. Readers are told after the chunks are stored.
         """
 
     @abc.abstractmethod

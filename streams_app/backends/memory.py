@@ -27,7 +27,7 @@ from streams_app.backends.base import (
     Subscription,
 )
 from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
-from streams_app.errors import StreamNotFound
+from streams_app.errors import StreamNotFound, WriterSuperseded
 
 
 @dataclass(kw_only=True)
@@ -37,6 +37,7 @@ class _Stream:
     status: StreamStatus = StreamStatus.ACTIVE
     last_sequence: int = 0
     trimmed_through: int = 0
+    writer_epoch: int = 0
     final_output: Any = None
     error: str = ""
     chunks: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
@@ -51,12 +52,14 @@ class InMemoryStreamManager(StreamManager):
         self._streams: dict[str, _Stream] = {}
         self._subscribers: dict[str, set[_MemorySubscription]] = {}
 
-    def create_writer(self, stream_id: str, run_id: str, agent_type: str) -> StreamWriter:
+    def create_writer(
+        self, stream_id: str, run_id: str, agent_type: str, *, exclusive: bool = False
+    ) -> StreamWriter:
         check_identifier("stream id", stream_id)
         with self._lock:
             stream = self._streams.get(stream_id)
             if stream is None:
-                self._streams[stream_id] = _Stream(run_id=run_id, agent_type=agent_type)
+                stream = self._streams[stream_id] = _Stream(run_id=run_id, agent_type=agent_type)
             else:
                 reopened = stream.status != StreamStatus.ACTIVE
                 stream.run_id, stream.agent_type = run_id, agent_type
@@ -64,12 +67,19 @@ class InMemoryStreamManager(StreamManager):
                 stream.updated_at = timezone.now()
                 if reopened:
                     self._notify(stream_id, notices.changed_notice())
-        return StreamWriter(self, stream_id, run_id, agent_type)
+            if exclusive:
+                stream.writer_epoch += 1
+            epoch = stream.writer_epoch if exclusive else None
+        return StreamWriter(self, stream_id, run_id, agent_type, epoch)
 
-    def append_chunks(self, stream_id: str, chunks: list[dict[str, Any]]) -> list[int]:
+    def append_chunks(
+        self, stream_id: str, chunks: list[dict[str, Any]], *, epoch: int | None = None
+    ) -> list[int]:
         stored = [(chunk["step"], copy.deepcopy(chunk)) for chunk in chunks]
         with self._lock:
             stream = self._get(stream_id)
+            if epoch is not None and epoch != stream.writer_epoch:
+                raise WriterSuperseded(stream_id)
             check_can(stream_id, stream.status, "write to", {StreamStatus.ACTIVE})
             first = stream.last_sequence + 1
             stream.chunks.extend((first + i, step, chunk) for i, (step, chunk) in enumerate(stored))

@@ -29,18 +29,21 @@ from streams_app.backends.base import (
 )
 from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
 from streams_app.doorbell import ChannelSubscription, bell
-from streams_app.errors import StreamNotFound
+from streams_app.errors import StreamNotFound, WriterSuperseded
 from streams_app.models import Stream, StreamChunk
 
 ACTIVE = StreamStatus.ACTIVE.value
 
 
 class ORMStreamManager(StreamManager):
-    def create_writer(self, stream_id: str, run_id: str, agent_type: str) -> StreamWriter:
+    def create_writer(
+        self, stream_id: str, run_id: str, agent_type: str, *, exclusive: bool = False
+    ) -> StreamWriter:
         check_identifier("stream id", stream_id)
         with transaction.atomic():
             Stream.objects.bulk_create([Stream(id=stream_id)], ignore_conflicts=True)
-            status = _lock(stream_id, "status")["status"]
+            locked = _lock(stream_id, "status", "writer_epoch")
+            writer_epoch = locked["writer_epoch"] + (1 if exclusive else 0)
             _stream(stream_id).update(
                 run_id=run_id,
                 agent_type=agent_type,
@@ -48,23 +51,34 @@ class ORMStreamManager(StreamManager):
                 final_output=None,
                 error="",
                 updated_at=timezone.now(),
+                writer_epoch=writer_epoch,
             )
-            if status != StreamStatus.ACTIVE:
+            if locked["status"] != StreamStatus.ACTIVE:
                 _ring_changed(stream_id)
-        return StreamWriter(self, stream_id, run_id, agent_type)
+        return StreamWriter(
+            self, stream_id, run_id, agent_type, writer_epoch if exclusive else None
+        )
 
-    def append_chunks(self, stream_id: str, chunks: list[dict[str, Any]]) -> list[int]:
+    def append_chunks(
+        self, stream_id: str, chunks: list[dict[str, Any]], *, epoch: int | None = None
+    ) -> list[int]:
         sql = _append_statements(connection.vendor)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
+        reserve, params = (
+            (sql.reserve, [len(chunks), len(chunks), now, stream_id, ACTIVE])
+            if epoch is None
+            else (sql.reserve_fenced, [len(chunks), len(chunks), now, stream_id, ACTIVE, epoch])
+        )
         with transaction.atomic(), connection.cursor() as cursor:
-            reserve = [len(chunks), len(chunks), now, stream_id, ACTIVE]
-            cursor.execute(sql.reserve, reserve)
+            cursor.execute(reserve, params)
             reserved = cursor.fetchone()
-            if reserved is None:  # Missing or not active, unless resumed since: lock and see.
-                status = _lock(stream_id, "status")["status"]
-                check_can(stream_id, status, "write to", {StreamStatus.ACTIVE})
-                cursor.execute(sql.reserve, reserve)
+            if reserved is None:  # Missing, not active or fenced, unless resumed since: look.
+                locked = _lock(stream_id, "status", "writer_epoch")
+                if epoch is not None and epoch != locked["writer_epoch"]:
+                    raise WriterSuperseded(stream_id)
+                check_can(stream_id, locked["status"], "write to", {StreamStatus.ACTIVE})
+                cursor.execute(reserve, params)
                 reserved = cursor.fetchone()
             last_sequence, count = reserved
             first = last_sequence - len(chunks) + 1
@@ -230,6 +244,8 @@ class _AppendStatements:
     """
 
     reserve: str
+    # `reserve` for an exclusive writer: only while its epoch is the stream's latest.
+    reserve_fenced: str
     insert: str
 
 
@@ -238,13 +254,15 @@ def _append_statements(vendor: str) -> _AppendStatements:
     """Return the append statements in the dialect of the `vendor` database."""
     last, count = column(Stream, "last_sequence"), column(Stream, "chunk_count")
     chunk_columns = ("stream", "sequence", "step", "type", "chunk", "created_at")
+    update = (
+        f"UPDATE {table(Stream)} SET {last} = {last} + %s, {count} = {count} + %s, "
+        f"{column(Stream, 'updated_at')} = %s "
+        f"WHERE {column(Stream, 'id')} = %s AND {column(Stream, 'status')} = %s"
+    )
+    returning = f" RETURNING {last}, {count}"
     return _AppendStatements(
-        reserve=(
-            f"UPDATE {table(Stream)} SET {last} = {last} + %s, {count} = {count} + %s, "
-            f"{column(Stream, 'updated_at')} = %s "
-            f"WHERE {column(Stream, 'id')} = %s AND {column(Stream, 'status')} = %s "
-            f"RETURNING {last}, {count}"
-        ),
+        reserve=update + returning,
+        reserve_fenced=f"{update} AND {column(Stream, 'writer_epoch')} = %s{returning}",
         insert=(
             f"INSERT INTO {table(StreamChunk)} "
             f"({', '.join(column(StreamChunk, name) for name in chunk_columns)}) "

@@ -822,6 +822,53 @@ def test_compare_and_set_rejects_a_stale_version_without_writing(store, session_
     assert store.load_state(session_id).status == SessionStatus.ACTIVE
 
 
+# Step leases
+
+
+def test_a_lease_excludes_other_holders_until_it_expires(store, session_id):
+    version = store.load_state(session_id).version
+
+    first = store.acquire_lease(session_id, "worker-a", ttl=0.2)
+
+    assert first == version + 1
+    assert store.load_state(session_id).version == first
+    assert store.acquire_lease(session_id, "worker-b", ttl=30) is None
+    assert store.acquire_lease(session_id, "worker-a", ttl=30) == first + 1  # Its own holder.
+    assert store.renew_lease(session_id, "worker-a", ttl=0.1)
+    time.sleep(0.15)
+    second = store.acquire_lease(session_id, "worker-b", ttl=30)
+    assert second == first + 2
+    assert not store.renew_lease(session_id, "worker-a", ttl=30)
+    assert not store.release_lease(session_id, "worker-a")
+    assert store.release_lease(session_id, "worker-b")
+    assert store.acquire_lease(session_id, "worker-c", ttl=30) == second + 1
+
+
+def test_a_worker_that_lost_its_lease_cannot_commit(store, session_id):
+    stale = store.acquire_lease(session_id, "worker-a", ttl=0.05)
+    time.sleep(0.1)
+    store.acquire_lease(session_id, "worker-b", ttl=30)
+    state = store.load_state(session_id)
+
+    with pytest.raises(VersionConflict):
+        store.save_state_and_promote_staging(
+            session_id,
+            state,
+            [assistant("from the superseded worker")],
+            CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0),
+            expected_version=stale,
+        )
+    assert contents(store, session_id) == []
+
+
+def test_leases_of_a_missing_session_raise(store):
+    for call in (store.acquire_lease, store.renew_lease):
+        with pytest.raises(SessionNotFound):
+            call("missing", "worker-a", 30)
+    with pytest.raises(SessionNotFound):
+        store.release_lease("missing", "worker-a")
+
+
 # Interrupt flags
 
 

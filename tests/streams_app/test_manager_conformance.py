@@ -21,7 +21,7 @@ from streams_app.backends.base import (
     StreamStatus,
 )
 from streams_app.chunks import TextDelta
-from streams_app.errors import InvalidChunk, StreamClosed, StreamNotFound
+from streams_app.errors import InvalidChunk, StreamClosed, StreamNotFound, WriterSuperseded
 from streams_app.models import Stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,6 +135,21 @@ def test_appending_to_a_stream_no_writer_opened_raises(manager):
         manager.append_chunks("ghost", [text("a")])
 
     assert caught.value.code == "stream-not-found"
+
+
+def test_an_exclusive_writer_fences_out_the_exclusive_writers_before_it(manager):
+    shared = manager.create_writer("st", "run-1", "researcher")
+    first = manager.create_writer("st", "run-1", "researcher", exclusive=True)
+    first.write(text("a"))
+    second = manager.create_writer("st", "run-1", "researcher", exclusive=True)
+
+    with pytest.raises(WriterSuperseded):
+        first.write(text("from the superseded writer"))
+    second.write(text("b"))
+    shared.write(text("c"))  # Writers that are not exclusive are never fenced.
+
+    assert deltas(read_all(manager, "st", count=3)) == ["a", "b", "c"]
+    assert manager.get_stream_info("st").total_chunks == 3
 
 
 def test_stream_info_reports_status_counts_and_run(manager):
