@@ -179,14 +179,23 @@ else:
     raise ImproperlyConfigured("REDIS_CHANNEL_LAYER must be 'pubsub' or 'core'.")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # Seconds before the Redis broker hands an unacknowledged step to another worker.
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+}
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    _broker_dir = str(VAR_DIR / "broker")
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": _broker_dir,
-        "data_folder_out": _broker_dir,
-        "control_folder": str(VAR_DIR / "broker-control"),
+    _broker_dir, _control_dir = VAR_DIR / "broker", VAR_DIR / "broker-control"
+    for _folder in (_broker_dir, _control_dir):
+        _folder.mkdir(parents=True, exist_ok=True)  # kombu expects them to exist.
+    CELERY_BROKER_TRANSPORT_OPTIONS |= {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "control_folder": str(_control_dir),
+        "polling_interval": 0.05,
     }
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
@@ -210,6 +219,13 @@ HELIX = {
     },
     "STREAM_RETENTION_DAYS": env.float("STREAM_RETENTION_DAYS", default=7),
     "SSE_HEARTBEAT_SECONDS": env.float("SSE_HEARTBEAT_SECONDS", default=30),
+    # Modules that register agents when imported.
+    "AGENTS": env.list("HELIX_AGENTS", default=["agents_app.demo"]),
+    # A step holds its session's lease this long without renewal; it renews every third.
+    "STEP_LEASE_SECONDS": env.float("STEP_LEASE_SECONDS", default=30),
+    "INTERRUPT_POLL_SECONDS": env.float("INTERRUPT_POLL_SECONDS", default=0.5),
+    "LLM_MAX_RETRIES": env.int("LLM_MAX_RETRIES", default=3),
+    "LLM_RETRY_BACKOFF_SECONDS": env.float("LLM_RETRY_BACKOFF_SECONDS", default=1),
 }
 
 LOGGING = {

@@ -9,7 +9,6 @@ stored log, in order, with no gap and no duplicate.
 
 import asyncio
 import json
-import os
 import random
 import signal
 import socket
@@ -22,33 +21,16 @@ import httpx
 import pytest
 import websockets
 from channels.db import database_sync_to_async
-from django.conf import settings
-from django.db import connection
 from httpx_sse import aconnect_sse
 
 from streams_app.backends import get_stream_manager
+from tests.live import ROOT, free_port, live_env
 
 from .conftest import session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parents[2]
 CHUNKS = 2000
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def database_url() -> str:
-    """Return a DATABASE_URL for this run's test database."""
-    database = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{database['NAME']}"
-    credentials = database["USER"] + (f":{database['PASSWORD']}" if database["PASSWORD"] else "")
-    return f"postgres://{credentials}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
 
 
 class Daphne:
@@ -87,20 +69,6 @@ class Daphne:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
-
-
-def live_env(tmp_path: Path, **overrides: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "DEBUG": "true",
-        "HELIX_VAR_DIR": str(tmp_path / "var"),
-        "PYTHONUNBUFFERED": "1",
-        **overrides,
-    }
-    if settings.REDIS_URL:
-        env["REDIS_URL"] = settings.REDIS_URL
-    return env
 
 
 @pytest.fixture

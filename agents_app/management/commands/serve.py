@@ -5,15 +5,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 WORKER = ("celery", "-A", "helix_project", "worker", "--loglevel", "INFO")
 ASGI_APPLICATION = "helix_project.asgi:application"
-# Transport options of kombu's filesystem broker that name folders it expects to exist.
-BROKER_FOLDERS = ("data_folder_in", "data_folder_out", "control_folder", "processed_folder")
 # Seconds a child has to exit once told to, before its whole process group is killed.
 STOP_TIMEOUT = 10.0
 POLL_INTERVAL = 0.2
@@ -32,7 +28,6 @@ class Command(BaseCommand):
         self, *args: object, host: str, port: int, concurrency: int, **options: object
     ) -> None:
         """Start both children, stop both on SIGINT or SIGTERM or when either exits."""
-        make_broker_folders()
         self.stopping = False
         children: dict[str, subprocess.Popen] = {}
         try:
@@ -76,16 +71,6 @@ class Command(BaseCommand):
                 self.stderr.write(f"{name} did not stop within {STOP_TIMEOUT:g} s; killing it")
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
-
-
-def make_broker_folders() -> None:
-    """Create the folders of the filesystem broker, if that is the broker."""
-    if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
-        return
-    options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
-    for key in BROKER_FOLDERS:
-        if key in options:
-            Path(options[key]).mkdir(parents=True, exist_ok=True)
 
 
 def start(module: str, *args: str) -> subprocess.Popen:

@@ -1,0 +1,23 @@
+"""The runtime's knobs in the ``HELIX`` setting, read when used (never at import)."""
+
+from sessions_app.conf import helix_setting
+
+
+def step_lease_seconds() -> float:
+    """Return how long a step's lease lasts without renewal (``HELIX["STEP_LEASE_SECONDS"]``)."""
+    return float(helix_setting("STEP_LEASE_SECONDS", 30.0))
+
+
+def interrupt_poll_seconds() -> float:
+    """Return how often a running step looks for an interrupt."""
+    return float(helix_setting("INTERRUPT_POLL_SECONDS", 0.5))
+
+
+def llm_max_retries() -> int:
+    """Return how many times a retryable LLM error is retried before the run fails."""
+    return int(helix_setting("LLM_MAX_RETRIES", 3))
+
+
+def llm_retry_backoff_seconds() -> float:
+    """Return the first retry's delay; each further retry doubles it."""
+    return float(helix_setting("LLM_RETRY_BACKOFF_SECONDS", 1.0))

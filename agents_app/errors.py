@@ -1,0 +1,39 @@
+"""Domain errors of the runtime (see `sessions_app.errors` for the base and the mapping)."""
+
+from sessions_app.errors import HelixError
+
+
+class RunNotActive(HelixError):
+    """The session's run is not in a state that allows the operation."""
+
+    code = "run-not-active"
+    http_status = 409
+
+    def __init__(self, session_id: str, status: str, action: str) -> None:
+        super().__init__(
+            f"Cannot {action} session {session_id!r}: it is {status}.",
+            session_id=session_id,
+            status=status,
+            action=action,
+        )
+
+
+class AgentTypeMismatch(HelixError):
+    code = "agent-type-mismatch"
+    http_status = 409
+
+    def __init__(self, session_id: str, session_type: str, requested: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} belongs to agent type {session_type!r}, not {requested!r}.",
+            session_id=session_id,
+            agent_type=session_type,
+            requested=requested,
+        )
+
+
+class InvalidResume(HelixError):
+    code = "invalid-resume"
+    http_status = 400
+
+    def __init__(self, session_id: str, problem: str) -> None:
+        super().__init__(f"Cannot resume session {session_id!r}: {problem}.", session_id=session_id)

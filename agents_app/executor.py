@@ -1,0 +1,510 @@
+"""One agent step, as the plain function a Celery task calls (DESIGN "One turn, end to end").
+
+`run_step(session_id, run_id, step)` is idempotent by session, run and step, so a redelivered
+task is safe (DESIGN invariant 4):
+
+- a step whose commit landed does nothing, except enqueue the next step when its attempt died
+  between commit and enqueue (the lease is free and the run goes on);
+- a step that died before commit is run again by whoever takes the session's lease, after its
+  partial chunks are dropped (`cleanup_to_step`), its messages cut back to the last checkpoint
+  and its staged changes rolled back;
+- an attempt that lost its lease (a worker paused too long) can neither write chunks (its
+  exclusive stream writer is fenced) nor commit (taking the lease bumped the version).
+
+The step commit writes messages, state, staging promotion, checkpoint and usage in one
+transaction, with the run's last chunk and the end of the stream when the run finishes.
+"""
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db import transaction
+
+from agents_app import conf
+from agents_app.definitions import OUTPUT_TOOL_NAME, Agent, ToolInputInvalid
+from agents_app.hooks import CompleteContext, call_hook
+from agents_app.llm.base import (
+    AdapterContext,
+    LLMError,
+    LLMRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    ToolSpec,
+    Usage,
+    build_adapter,
+)
+from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.tool_calls import StepScope, ToolOutcome, run_tool_calls
+from agents_app.watcher import StepWatch
+from sessions_app.errors import VersionConflict
+from sessions_app.stores import get_session_store
+from sessions_app.stores.base import SessionStateStore
+from sessions_app.stores.rules import apply_merge_ops
+from sessions_app.stores.types import (
+    CasRejected,
+    CheckpointMeta,
+    Message,
+    MessageRole,
+    RunRecord,
+    RunStatus,
+    SessionState,
+    SessionStatus,
+    StagedToolChange,
+    StepWrites,
+)
+from streams_app import chunks
+from streams_app.backends import get_stream_manager
+from streams_app.backends.base import StreamWriter
+from streams_app.errors import WriterSuperseded
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What the task does after a step: nothing, enqueue `next_step`, or retry later."""
+
+    next_step: int | None = None
+    retry_after: float | None = None
+
+
+def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
+    """Run step `step` of the run, or do what a redelivery of it requires."""
+    store = get_session_store()
+    state, run = _current(store, session_id, run_id)
+    if state is None:
+        return StepOutcome()
+    if state.step_count >= step:
+        return _after_commit(store, state, step)
+    holder = uuid.uuid4().hex
+    version = store.acquire_lease(session_id, holder, conf.step_lease_seconds())
+    if version is None:  # Another attempt runs it; if that worker died, its lease runs out.
+        return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
+    state, run = _current(store, session_id, run_id)
+    if state is None or state.step_count >= step:  # It ended or committed while we waited.
+        store.release_lease(session_id, holder)
+        return StepOutcome()
+    attempt = _Attempt(store, replace(state, version=version), run, step, holder)
+    try:
+        return attempt.run()
+    except (WriterSuperseded, VersionConflict) as error:
+        logger.warning(
+            "Step %s of run %s was taken over by another worker and did not commit: %s",
+            step,
+            run_id,
+            error,
+        )
+        return StepOutcome()
+    except BaseException:
+        store.release_lease(session_id, holder)
+        raise
+
+
+def _current(
+    store: SessionStateStore, session_id: str, run_id: str
+) -> tuple[SessionState | None, RunRecord | None]:
+    """Return the session and run if the run is the session's current, running one."""
+    state = store.load_state(session_id)
+    run = store.get_current_run(session_id) if state is not None else None
+    if run is None or run.run_id != run_id or run.status != RunStatus.RUNNING:
+        return None, None
+    if state.status != SessionStatus.ACTIVE:
+        return None, None
+    return state, run
+
+
+def _after_commit(store: SessionStateStore, state: SessionState, step: int) -> StepOutcome:
+    """Enqueue the step after a committed one if its attempt died before doing so."""
+    if state.step_count != step:
+        return StepOutcome()
+    probe = uuid.uuid4().hex
+    if store.acquire_lease(state.session_id, probe, conf.step_lease_seconds()) is None:
+        return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
+    store.release_lease(state.session_id, probe)
+    return StepOutcome(next_step=step + 1)
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What the model said in one step."""
+
+    text: str
+    tool_calls: list[ToolCall]
+    usage: list[Usage]
+
+
+class _Attempt:
+    """One attempt at one step, holding the session's lease."""
+
+    def __init__(
+        self,
+        store: SessionStateStore,
+        state: SessionState,
+        run: RunRecord,
+        step: int,
+        holder: str,
+    ) -> None:
+        self.store = store
+        self.streams = get_stream_manager()
+        self.state = state
+        self.run_record = run
+        self.step = step
+        self.holder = holder
+        self.step_id = f"{run.run_id}:{step}"
+        self.llm_stream = None
+
+    @property
+    def session_id(self) -> str:
+        return self.state.session_id
+
+    def run(self) -> StepOutcome:
+        self._recover()
+        writer = self.streams.create_writer(
+            self.state.stream_id, self.run_record.run_id, self.state.agent_type, exclusive=True
+        )
+        flag = self.store.check_interrupt_flag(self.session_id)
+        if flag is not None:
+            return self._interrupt(writer, flag.reason, reply=None, outcomes=[])
+        agent = get_registry().resolve(
+            self.state.agent_type,
+            AgentFactoryContext(
+                session_id=self.session_id,
+                run_id=self.run_record.run_id,
+                user_id=self.state.user_id,
+            ),
+        )
+        with StepWatch(
+            session_id=self.session_id,
+            holder=self.holder,
+            lease_seconds=conf.step_lease_seconds(),
+            poll_seconds=conf.interrupt_poll_seconds(),
+            on_stop=self._stop_model,
+        ) as watch:
+            try:
+                reply = self._call_model(agent, writer, watch)
+            except LLMError as error:
+                return self._fail_model(writer, error)
+            outcomes = [] if watch.stopped else self._run_tools(agent, reply, writer)
+        if watch.lease_lost:
+            raise VersionConflict(
+                self.session_id,
+                expected_version=self.state.version,
+                current_version=self.state.version + 1,
+            )
+        if watch.interrupted:
+            flag = self.store.check_interrupt_flag(self.session_id)
+            return self._interrupt(writer, flag and flag.reason, reply, outcomes)
+        return self._finish_step(agent, writer, reply, outcomes)
+
+    # Recovery
+
+    def _recover(self) -> None:
+        """Undo what a dead attempt at this step left behind."""
+        self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
+        checkpoint = self.store.get_latest_checkpoint(self.session_id)
+        kept = checkpoint.message_count if checkpoint is not None else None
+        if kept is not None and self.state.message_count > kept:
+            self.store.truncate_messages(self.session_id, kept)
+        self.store.rollback_staging(self.session_id, self.step_id)
+
+    # The model
+
+    def _call_model(self, agent: Agent, writer: StreamWriter, watch: StepWatch) -> _Reply:
+        """Stream the model's reply to the stream, retrying retryable errors with backoff."""
+        request = LLMRequest(
+            system=agent.render_system_prompt(self.state.custom_state or {}),
+            messages=self._history(),
+            tools=[
+                ToolSpec(tool.name, tool.description, tool.json_schema())
+                for tool in agent.all_tools()
+            ],
+            model=agent.llm.get("model"),
+            temperature=agent.llm.get("temperature"),
+        )
+        adapter = build_adapter(
+            AdapterContext(
+                session_id=self.session_id,
+                agent_type=self.state.agent_type,
+                run_id=self.run_record.run_id,
+            ),
+            agent.llm,
+        )
+        retries = conf.llm_max_retries()
+        for attempt in range(retries + 1):
+            try:
+                return self._stream_reply(adapter, request, writer, watch)
+            except LLMError as error:
+                if not error.retryable or attempt == retries or watch.stopped:
+                    raise
+                logger.warning("LLM call failed (%s); retry %d of %d", error, attempt + 1, retries)
+                # The failed attempt's deltas go; the retry streams the reply afresh.
+                self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
+                time.sleep(conf.llm_retry_backoff_seconds() * 2**attempt)
+        raise AssertionError("unreachable")
+
+    def _stream_reply(self, adapter, request: LLMRequest, writer: StreamWriter, watch) -> _Reply:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        usage: list[Usage] = []
+        self.llm_stream = adapter.stream(request)
+        if watch.stopped:
+            self.llm_stream.close()
+        message_id = f"{self.step_id}:assistant"
+        for event in self.llm_stream:
+            match event:
+                case TextDelta():
+                    text.append(event.text)
+                    writer.write(
+                        self._chunk(chunks.TextDelta, delta=event.text, message_id=message_id)
+                    )
+                case ReasoningDelta():
+                    writer.write(
+                        self._chunk(chunks.ReasoningDelta, delta=event.text, message_id=message_id)
+                    )
+                case ToolCall():
+                    calls.append(event)
+                case Usage():
+                    usage.append(event)
+        return _Reply(text="".join(text), tool_calls=calls, usage=usage)
+
+    def _stop_model(self) -> None:
+        if self.llm_stream is not None:
+            self.llm_stream.close()
+
+    def _history(self) -> list[Message]:
+        messages: list[Message] = []
+        while True:
+            page = self.store.get_messages(self.session_id, offset=len(messages), limit=500)
+            messages += page.messages
+            if not page.has_more:
+                return messages
+
+    # Tools
+
+    def _run_tools(self, agent: Agent, reply: _Reply, writer: StreamWriter) -> list[ToolOutcome]:
+        calls = [call for call in reply.tool_calls if call.name != OUTPUT_TOOL_NAME]
+        scope = StepScope(
+            session_id=self.session_id,
+            run_id=self.run_record.run_id,
+            agent_type=self.state.agent_type,
+            step=self.step,
+            writer=writer,
+        )
+        outcomes = run_tool_calls(agent, calls, scope, self.state.custom_state)
+        changes = [
+            StagedToolChange(tool_call_id=o.call.id, merge_ops=o.draft.ops())
+            for o in outcomes
+            if o.draft.ops()
+        ]
+        if changes:
+            self.store.stage_changes(self.session_id, self.step_id, changes)
+        return outcomes
+
+    # Ending the step
+
+    def _finish_step(
+        self, agent: Agent, writer: StreamWriter, reply: _Reply, outcomes: list[ToolOutcome]
+    ) -> StepOutcome:
+        output_call = next((c for c in reply.tool_calls if c.name == OUTPUT_TOOL_NAME), None)
+        messages = self._step_messages(reply, outcomes)
+        if output_call is not None and agent.output_schema is not None:
+            output, problem = _parse_output(agent, output_call)
+            if problem is None:
+                return self._complete(writer, messages, outcomes, reply, output)
+            messages.append(_tool_message(output_call, {"error": problem}))
+        elif not reply.tool_calls and agent.output_schema is None:
+            return self._complete(writer, messages, outcomes, reply, reply.text)
+        if self.step >= agent.max_steps:
+            return self._fail(
+                writer, messages, outcomes, reply, f"Reached the limit of {agent.max_steps} steps."
+            )
+        self._commit(messages, outcomes, reply, SessionStatus.ACTIVE)
+        return StepOutcome(next_step=self.step + 1)
+
+    def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
+        def finish_stream() -> None:
+            writer.write(self._chunk(chunks.RunCompleted, output=output))
+            self.streams.end_stream(self.state.stream_id, output)
+
+        self._commit(
+            messages,
+            outcomes,
+            reply,
+            SessionStatus.COMPLETED,
+            output=output,
+            run_status=RunStatus.COMPLETED,
+            then=finish_stream,
+        )
+        self._on_complete(agent_status="completed", result=output)
+        return StepOutcome()
+
+    def _fail(self, writer, messages, outcomes, reply, error: str) -> StepOutcome:
+        def fail_stream() -> None:
+            writer.write(self._chunk(chunks.RunFailed, error=error))
+            self.streams.fail_stream(self.state.stream_id, error)
+
+        self._commit(
+            messages,
+            outcomes,
+            reply,
+            SessionStatus.FAILED,
+            error=error,
+            run_status=RunStatus.FAILED,
+            then=fail_stream,
+        )
+        self._on_complete(agent_status="failed", error=error)
+        return StepOutcome()
+
+    def _fail_model(self, writer: StreamWriter, error: LLMError) -> StepOutcome:
+        """Fail the run after the model failed for good; the step commits nothing."""
+        message = f"The model failed: {error}"
+        self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
+        with transaction.atomic():
+            result = self.store.compare_and_set_status(
+                self.session_id,
+                [SessionStatus.ACTIVE],
+                SessionStatus.FAILED,
+                error=message,
+                failure_reason="llm_error",
+                expected_version=self.state.version,
+            )
+            if isinstance(result, CasRejected):
+                raise VersionConflict(
+                    self.session_id,
+                    expected_version=self.state.version,
+                    current_version=result.current_version,
+                )
+            self.store.release_lease(self.session_id, self.holder)
+            self.store.update_run_status(self.run_record.run_id, RunStatus.FAILED, error=message)
+            writer.write(self._chunk(chunks.RunFailed, error=message))
+            self.streams.fail_stream(self.state.stream_id, message)
+        self._on_complete(agent_status="failed", error=message)
+        return StepOutcome()
+
+    def _interrupt(self, writer, reason: str | None, reply: _Reply | None, outcomes) -> StepOutcome:
+        reply = reply or _Reply(text="", tool_calls=[], usage=[])
+        messages = self._step_messages(reply, outcomes) if (reply.text or outcomes) else []
+
+        def end_stream() -> None:
+            writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
+            self.streams.end_stream(self.state.stream_id, None)
+
+        self._commit(
+            messages,
+            outcomes,
+            reply,
+            SessionStatus.INTERRUPTED,
+            run_status=RunStatus.INTERRUPTED,
+            then=end_stream,
+            clear_interrupt=True,
+        )
+        self._on_complete(agent_status="interrupted")
+        return StepOutcome()
+
+    def _step_messages(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[Message]:
+        assistant = Message(
+            role=MessageRole.ASSISTANT,
+            content=reply.text,
+            tool_calls=[
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+            ],
+        )
+        return [assistant, *(_tool_message(o.call, o.result) for o in outcomes)]
+
+    def _commit(
+        self,
+        messages: list[Message],
+        outcomes: list[ToolOutcome],
+        reply: _Reply,
+        status: SessionStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        run_status: RunStatus | None = None,
+        then=None,
+        clear_interrupt: bool = False,
+    ) -> None:
+        """Commit the step, and what ends the run with it, in one transaction."""
+        custom_state, warnings = apply_merge_ops(
+            self.state.custom_state,
+            StepWrites(ops=[op for o in outcomes for op in o.draft.ops()]),
+        )
+        for warning in warnings:
+            logger.warning("Step %s of %s: %s", self.step, self.session_id, warning)
+        state = replace(
+            self.state,
+            custom_state=custom_state,
+            step_count=self.step,
+            status=status,
+            output=output if status == SessionStatus.COMPLETED else self.state.output,
+            error=error,
+        )
+        with transaction.atomic():
+            self.store.save_state_and_promote_staging(
+                self.session_id,
+                state,
+                messages,
+                CheckpointMeta(
+                    step_id=self.step_id,
+                    step_count=self.step,
+                    stream_sequence=self._stream_sequence(),
+                    run_id=self.run_record.run_id,
+                ),
+                expected_version=self.state.version,
+            )
+            self.store.release_lease(self.session_id, self.holder)
+            if clear_interrupt:
+                self.store.clear_interrupt_flag(self.session_id)
+            if run_status is not None:
+                self.store.update_run_status(
+                    self.run_record.run_id, run_status, step_count=self.step, error=error
+                )
+            if then is not None:
+                then()
+
+    def _stream_sequence(self) -> int:
+        info = self.streams.get_stream_info(self.state.stream_id)
+        return info.latest_sequence if info is not None else 0
+
+    def _on_complete(self, *, agent_status: str, result: Any = None, error: str | None = None):
+        agent = get_registry().resolve(
+            self.state.agent_type,
+            AgentFactoryContext(session_id=self.session_id, run_id=self.run_record.run_id),
+        )
+        if agent.hooks is not None and agent.hooks.on_complete is not None:
+            call_hook(
+                agent.hooks.on_complete,
+                CompleteContext(
+                    session_id=self.session_id,
+                    run_id=self.run_record.run_id,
+                    status=agent_status,
+                    result=result,
+                    error=error,
+                ),
+            )
+
+    def _chunk(self, chunk_type, **fields: Any):
+        return chunk_type(
+            step=self.step,
+            session_id=self.session_id,
+            agent_type=self.state.agent_type,
+            **fields,
+        )
+
+
+def _parse_output(agent: Agent, call: ToolCall) -> tuple[Any, str | None]:
+    """Return the validated structured output, or the problem with it."""
+    try:
+        return agent.parse_output(call.arguments), None
+    except ToolInputInvalid as error:
+        return None, error.message
+
+
+def _tool_message(call: ToolCall, result: Any) -> Message:
+    content = result if isinstance(result, str) else json.dumps(result, default=str)
+    return Message(role=MessageRole.TOOL, content=content, tool_call_id=call.id, name=call.name)

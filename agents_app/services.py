@@ -1,0 +1,260 @@
+"""Run control: start, interrupt and abort an agent's run (DESIGN "One turn, end to end").
+
+Each service checks the caller owns the session, writes what the run needs in one transaction,
+and enqueues the first step when that transaction commits.
+"""
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from agents_app.errors import AgentTypeMismatch, InvalidResume, RunNotActive
+from agents_app.inputs import input_messages
+from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.tasks import run_step_task
+from sessions_app.selectors import session_for_user
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import (
+    Checkpoint,
+    CheckpointMeta,
+    Message,
+    RunStatus,
+    SessionState,
+    SessionStatus,
+)
+from streams_app import chunks
+from streams_app.backends import get_stream_manager
+
+RESUMABLE = frozenset({SessionStatus.INTERRUPTED})
+# Statuses a session may start a new run from; `active` is a fresh session's.
+STARTABLE = frozenset(
+    {
+        SessionStatus.ACTIVE,
+        SessionStatus.COMPLETED,
+        SessionStatus.FAILED,
+        SessionStatus.INTERRUPTED,
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StartedRun:
+    session_id: str
+    stream_id: str
+    run_id: str
+
+
+def agent_start(
+    *,
+    user: AbstractBaseUser,
+    agent_type: str,
+    message: Any,
+    session_id: str | None = None,
+    user_id: str | None = None,
+    tags: Sequence[str] = (),
+    metadata: Mapping[str, str] | None = None,
+) -> StartedRun:
+    """Start a run of `agent_type` on a new session, or on the caller's session `session_id`.
+
+    `message` is a string or a list of user messages with files (`agents_app.inputs`).
+    """
+    messages = input_messages(message)
+    store = get_session_store()
+    run_id = uuid.uuid4().hex
+    with transaction.atomic():
+        state = (
+            session_for_user(session_id=session_id, user=user)
+            if session_id and store.session_exists(session_id)
+            else None
+        )
+        if state is None:
+            agent = get_registry().resolve(
+                agent_type,
+                AgentFactoryContext(session_id=session_id or "", run_id=run_id, user_id=user_id),
+            )
+            state = store.create_session(
+                session_id,
+                agent_type=agent_type,
+                owner_id=user.pk,
+                user_id=user_id,
+                tags=tags,
+                metadata=metadata,
+                custom_state=agent.make_initial_state(),
+            )
+        elif state.agent_type != agent_type:
+            raise AgentTypeMismatch(state.session_id, state.agent_type, agent_type)
+        elif state.aborted or state.status not in STARTABLE or _running(state.session_id):
+            raise RunNotActive(state.session_id, state.status, "start a run of")
+        return _begin_run(state, run_id, messages)
+
+
+def agent_resume(
+    *,
+    user: AbstractBaseUser,
+    session_id: str,
+    mode: str = "continue",
+    checkpoint_id: str | None = None,
+    modify_state: Mapping[str, Any] | None = None,
+    append_messages: Any = (),
+) -> StartedRun:
+    """Resume an interrupted session in a new run.
+
+    `continue` runs on from where it stopped; `retry` first drops its last step; `branch`
+    first goes back to the checkpoint `checkpoint_id`. `modify_state` keys replace those of
+    the custom state, and `append_messages` (user input) are added before the run starts.
+    """
+    messages = input_messages(append_messages) if append_messages else []
+    store = get_session_store()
+    with transaction.atomic():
+        state = session_for_user(session_id=session_id, user=user)
+        if state.aborted or state.status not in RESUMABLE or _running(session_id):
+            raise RunNotActive(session_id, state.status, "resume")
+        state = _restored(state, mode, checkpoint_id)
+        if modify_state:
+            state = replace(state, custom_state={**(state.custom_state or {}), **modify_state})
+        previous = store.get_current_run(session_id)
+        started = _begin_run(state, uuid.uuid4().hex, messages)
+        _announce_resume(state, started.run_id, previous.run_id if previous else None)
+        return started
+
+
+def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
+    """Run a failed session again, in a new run, from its last checkpoint."""
+    with transaction.atomic():
+        state = session_for_user(session_id=session_id, user=user)
+        if state.aborted or state.status != SessionStatus.FAILED or _running(session_id):
+            raise RunNotActive(session_id, state.status, "retry")
+        checkpoint = get_session_store().get_latest_checkpoint(session_id)
+        if checkpoint is not None:
+            state = _at_checkpoint(state, checkpoint)
+        previous = get_session_store().get_current_run(session_id)
+        started = _begin_run(state, uuid.uuid4().hex, [])
+        _announce_resume(state, started.run_id, previous.run_id if previous else None)
+        return started
+
+
+def agent_interrupt(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:
+    """Raise the durable interrupt flag of a running session; its step stops and commits."""
+    state = session_for_user(session_id=session_id, user=user)
+    if not _running(session_id):
+        raise RunNotActive(session_id, state.status, "interrupt")
+    get_session_store().set_interrupt_flag(session_id, reason)
+
+
+def agent_abort(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:
+    """End the session's run for good: it fails, its stream fails, and it cannot resume."""
+    store = get_session_store()
+    state = session_for_user(session_id=session_id, user=user)
+    run = store.get_current_run(session_id)
+    if state.aborted or state.status in (SessionStatus.COMPLETED, SessionStatus.FAILED):
+        raise RunNotActive(session_id, state.status, "abort")
+    error = f"Aborted: {reason}" if reason else "Aborted."
+    with transaction.atomic():
+        # A state write bumps the version: the running step, if any, can no longer commit.
+        store.save_state(
+            session_id,
+            replace(
+                state,
+                status=SessionStatus.FAILED,
+                aborted=True,
+                abort_reason=reason,
+                error=error,
+                failure_reason="aborted",
+            ),
+            expected_version=state.version,
+        )
+        store.set_interrupt_flag(session_id, "aborted")  # Stops a running step promptly.
+        if run is not None and run.status == RunStatus.RUNNING:
+            store.update_run_status(run.run_id, RunStatus.FAILED, error=error)
+        streams = get_stream_manager()
+        info = streams.get_stream_info(state.stream_id)
+        if info is not None and info.status in ("active", "paused"):
+            run_id = run.run_id if run else ""
+            writer = streams.create_writer(state.stream_id, run_id, state.agent_type)
+            writer.write(
+                chunks.RunFailed(
+                    step=state.step_count,
+                    session_id=session_id,
+                    agent_type=state.agent_type,
+                    error=error,
+                )
+            )
+            streams.fail_stream(state.stream_id, error)
+
+
+def _begin_run(state: SessionState, run_id: str, messages: list[Message]) -> StartedRun:
+    """Record the run, commit its input and a checkpoint, and enqueue its first step.
+
+    The checkpoint is the point `retry` goes back to when the run's first step is dropped.
+    """
+    store = get_session_store()
+    store.create_run(state.session_id, run_id, metadata={"firstStep": state.step_count + 1})
+    store.clear_interrupt_flag(state.session_id)
+    streams = get_stream_manager()
+    streams.create_writer(state.stream_id, run_id, state.agent_type)
+    info = streams.get_stream_info(state.stream_id)
+    store.save_state_and_promote_staging(
+        state.session_id,
+        replace(state, status=SessionStatus.ACTIVE, error=None, failure_reason=None),
+        messages,
+        CheckpointMeta(
+            step_id=f"{run_id}:start",
+            step_count=state.step_count,
+            stream_sequence=info.latest_sequence if info else 0,
+            run_id=run_id,
+        ),
+        expected_version=state.version,
+    )
+    run_step_task.delay_on_commit(state.session_id, run_id, state.step_count + 1)
+    return StartedRun(session_id=state.session_id, stream_id=state.stream_id, run_id=run_id)
+
+
+def _restored(state: SessionState, mode: str, checkpoint_id: str | None) -> SessionState:
+    """Return the state a resume in `mode` starts from, messages cut back to match."""
+    store = get_session_store()
+    if mode == "continue":
+        return state
+    if mode == "retry":
+        checkpoints = store.list_checkpoints(state.session_id, limit=2)
+        if len(checkpoints) < 2:
+            raise InvalidResume(state.session_id, "there is no step to retry")
+        return _at_checkpoint(state, checkpoints[1])
+    if mode == "branch":
+        checkpoint = checkpoint_id and store.get_checkpoint(state.session_id, checkpoint_id)
+        if not checkpoint:
+            raise InvalidResume(state.session_id, f"it has no checkpoint {checkpoint_id!r}")
+        return _at_checkpoint(state, checkpoint)
+    raise InvalidResume(state.session_id, f"unknown mode {mode!r}")
+
+
+def _at_checkpoint(state: SessionState, checkpoint: Checkpoint) -> SessionState:
+    """Return the state as `checkpoint` kept it, having cut the messages back to it."""
+    get_session_store().truncate_messages(state.session_id, checkpoint.message_count)
+    return replace(
+        state,
+        custom_state=checkpoint.state.get("custom_state"),
+        step_count=checkpoint.step_count,
+        output=checkpoint.state.get("output"),
+    )
+
+
+def _announce_resume(state: SessionState, run_id: str, previous_run_id: str | None) -> None:
+    writer = get_stream_manager().create_writer(state.stream_id, run_id, state.agent_type)
+    writer.write(
+        chunks.RunResumed(
+            step=state.step_count,
+            session_id=state.session_id,
+            agent_type=state.agent_type,
+            run_id=run_id,
+            previous_run_id=previous_run_id,
+        )
+    )
+
+
+def _running(session_id: str) -> bool:
+    run = get_session_store().get_current_run(session_id)
+    return run is not None and run.status == RunStatus.RUNNING

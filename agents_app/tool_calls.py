@@ -1,0 +1,162 @@
+"""Running the tool calls of one step, in parallel, each with its own context and state draft.
+
+Every call gets a `StateDraft` of the state the step began with; its writes become the merge
+ops of a staged change of its own, so parallel calls merge without losing each other's writes.
+A tool that raises becomes a tool result marked as an error, and the step goes on.
+"""
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+from pydantic import BaseModel
+
+from agents_app.definitions import Agent, ToolInputInvalid
+from agents_app.llm.base import ToolCall
+from agents_app.state import StateDraft
+from streams_app.backends.base import StreamWriter
+from streams_app.chunks import Custom, ToolCallStart, ToolResult
+
+# Parallel calls per step; more wait for a free thread.
+MAX_PARALLEL_TOOL_CALLS = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepScope:
+    """What every tool call of a step shares."""
+
+    session_id: str
+    run_id: str
+    agent_type: str
+    step: int
+    writer: StreamWriter
+
+
+@dataclass(kw_only=True)
+class ToolCallContext:
+    """The `ToolContext` a tool's `execute` receives."""
+
+    scope: StepScope
+    tool_call_id: str
+    state: StateDraft
+    custom_metrics: list[tuple[str, str, float]] = field(default_factory=list)
+
+    @property
+    def session_id(self) -> str:
+        return self.scope.session_id
+
+    @property
+    def run_id(self) -> str:
+        return self.scope.run_id
+
+    @property
+    def agent_type(self) -> str:
+        return self.scope.agent_type
+
+    @property
+    def step(self) -> int:
+        return self.scope.step
+
+    def emit(self, data: Any, *, name: str | None = None) -> None:
+        """Write a custom chunk to the session's stream."""
+        self.scope.writer.write(
+            Custom(
+                step=self.step,
+                session_id=self.session_id,
+                agent_type=self.agent_type,
+                name=name or "custom",
+                data=data,
+            )
+        )
+
+    def record_usage(self, metric_type: str, name: str, value: float) -> None:
+        """Record a custom usage metric, committed with the step."""
+        self.custom_metrics.append((metric_type, name, value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolOutcome:
+    """One tool call's result, its state writes, and what it cost."""
+
+    call: ToolCall
+    result: Any
+    is_error: bool
+    draft: StateDraft
+    duration_ms: int
+    custom_metrics: list[tuple[str, str, float]]
+
+
+def run_tool_calls(
+    agent: Agent,
+    calls: Sequence[ToolCall],
+    scope: StepScope,
+    custom_state: dict[str, Any] | None,
+) -> list[ToolOutcome]:
+    """Run the calls in parallel threads; return their outcomes in call order."""
+    if not calls:
+        return []
+    tools = {tool.name: tool for tool in agent.all_tools()}
+    with ThreadPoolExecutor(
+        max_workers=min(MAX_PARALLEL_TOOL_CALLS, len(calls)), thread_name_prefix="helix-tool"
+    ) as pool:
+        futures = [
+            pool.submit(_run_one, tools.get(call.name), call, scope, custom_state) for call in calls
+        ]
+        return [future.result() for future in futures]
+
+
+def _run_one(tool, call: ToolCall, scope: StepScope, custom_state) -> ToolOutcome:
+    """Run one call, announcing it and its result on the stream."""
+    try:
+        context = ToolCallContext(
+            scope=scope, tool_call_id=call.id, state=StateDraft(custom_state or {})
+        )
+        _write(
+            scope, ToolCallStart, tool_call_id=call.id, tool_name=call.name, input=call.arguments
+        )
+        started = time.monotonic()
+        result, is_error = _execute(tool, call, context)
+        duration_ms = round((time.monotonic() - started) * 1000)
+        _write(
+            scope,
+            ToolResult,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            result=result,
+            is_error=is_error,
+        )
+        return ToolOutcome(
+            call=call,
+            result=result,
+            is_error=is_error,
+            draft=context.state,
+            duration_ms=duration_ms,
+            custom_metrics=context.custom_metrics,
+        )
+    finally:
+        connections.close_all()  # This pool thread's own connection.
+
+
+def _execute(tool, call: ToolCall, context: ToolCallContext) -> tuple[Any, bool]:
+    """Return the tool's JSON-able result and whether it is an error."""
+    if tool is None:
+        return {"error": f"Unknown tool {call.name!r}."}, True
+    if getattr(call, "invalid_arguments", False):
+        return {"error": "The tool arguments were not valid JSON."}, True
+    try:
+        return tool.run(call.arguments, context), False
+    except ToolInputInvalid as error:
+        return {"error": str(error)}, True
+    except Exception as error:  # A tool's failure is the model's to handle, not the step's.
+        return {"error": f"{type(error).__name__}: {error}"}, True
+
+
+def _write(scope: StepScope, chunk_type: type[BaseModel], **fields: Any) -> None:
+    scope.writer.write(
+        chunk_type(
+            step=scope.step, session_id=scope.session_id, agent_type=scope.agent_type, **fields
+        )
+    )

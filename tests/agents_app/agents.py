@@ -1,0 +1,97 @@
+"""Agents the runtime tests drive, each with a script for the offline model.
+
+The worker subprocesses import this module too (`HELIX_AGENTS`), so every script must be
+deterministic per request: what a step does may not depend on process-local history, except
+where a test needs it (the flaky model counts its calls per run in the worker process).
+"""
+
+import collections
+
+from pydantic import BaseModel
+
+from agents_app.definitions import Agent, Tool
+from agents_app.llm.base import LLMError
+from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
+from agents_app.registry import get_registry
+from sessions_app.stores import get_session_store
+
+LONG_TEXT = " ".join(f"word{n}" for n in range(300))
+
+
+class Note(BaseModel):
+    text: str
+
+
+def take_note(note: Note, ctx) -> dict:
+    ctx.state.append("notes", note.text)
+    ctx.emit({"noted": note.text}, name="note")
+    return {"noted": note.text}
+
+
+def explode(note: Note, ctx) -> dict:
+    raise RuntimeError(f"cannot handle {note.text}")
+
+
+note_tool = Tool(name="note", description="Take a note.", input_model=Note, execute=take_note)
+broken_tool = Tool(name="explode", description="Always fails.", input_model=Note, execute=explode)
+
+_calls_per_run: collections.Counter[str] = collections.Counter()
+
+
+def flaky_script(request, context) -> Turn:
+    """Fail with a retryable error on the first two calls of each run, then answer."""
+    _calls_per_run[context.run_id] += 1
+    if _calls_per_run[context.run_id] <= 2:
+        return Turn(text="partial", error=LLMError("overloaded", retryable=True))
+    return Turn(text="Recovered.")
+
+
+def second_chance_script(request, context) -> Turn:
+    """Fail for good in a session's first run; answer in any later one (a retry)."""
+    if len(get_session_store().list_runs(context.session_id)) == 1:
+        return Turn(error=LLMError("bad request", retryable=False))
+    return Turn(text="Second time lucky.")
+
+
+SCRIPTED_AGENTS = [
+    # Two parallel notes, then a third, then an answer: three steps.
+    (
+        Agent(name="notetaker", tools=[note_tool], initial_state={"notes": []}),
+        sequence_script(
+            Turn(
+                text="Noting two things.",
+                tool_calls=[
+                    ScriptedToolCall(name="note", arguments={"text": "first"}),
+                    ScriptedToolCall(name="note", arguments={"text": "second"}),
+                ],
+            ),
+            Turn(tool_calls=[ScriptedToolCall(name="note", arguments={"text": "third"})]),
+            Turn(text="All noted."),
+        ),
+    ),
+    # Streams a long answer slowly enough to be interrupted mid-stream.
+    (Agent(name="talker"), sequence_script(Turn(text=LONG_TEXT, delay=0.02))),
+    # A tool that raises, then an answer that reads the error.
+    (
+        Agent(name="clumsy", tools=[broken_tool]),
+        sequence_script(
+            Turn(tool_calls=[ScriptedToolCall(name="explode", arguments={"text": "this"})]),
+            Turn(text="The tool failed; carrying on."),
+        ),
+    ),
+    # Never stops calling tools: the run fails at its step limit.
+    (
+        Agent(name="looper", tools=[note_tool], max_steps=3),
+        sequence_script(
+            Turn(tool_calls=[ScriptedToolCall(name="note", arguments={"text": "again"})])
+        ),
+    ),
+    (Agent(name="flaky"), flaky_script),
+    (Agent(name="second-chance"), second_chance_script),
+]
+
+registry = get_registry()
+for agent, script in SCRIPTED_AGENTS:
+    if not registry.has(agent.name):
+        registry.register(agent)
+    register_script(agent.name, script)

@@ -1,0 +1,228 @@
+"""Agent runs end to end on a real Celery worker subprocess (Redis broker when the run has
+Redis, else the filesystem broker), against this run's test database."""
+
+import time
+
+import pytest
+
+from agents_app import services
+from agents_app.errors import RunNotActive
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
+from streams_app.backends import get_stream_manager
+from tests.agents_app.agents import LONG_TEXT
+from tests.agents_app.worker import Worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.INTERRUPTED}
+
+
+@pytest.fixture(scope="module")
+def worker(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        running = Worker(
+            tmp_path_factory.mktemp("worker"),
+            INTERRUPT_POLL_SECONDS="0.1",
+            LLM_RETRY_BACKOFF_SECONDS="0.05",
+            STEP_LEASE_SECONDS="10",
+        ).start()
+    yield running
+    running.stop()
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "the run"):
+    """Poll `predicate` until it returns something truthy; return that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := predicate():
+            return result
+        time.sleep(0.05)
+    pytest.fail(f"Timed out waiting for {what}.")
+
+
+def finished(session_id: str):
+    """Wait until the session's run has finished; return its state."""
+    return wait_for(
+        lambda: (
+            (state := get_session_store().load_state(session_id)).status in FINISHED
+            and get_session_store().get_current_run(session_id).status != RunStatus.RUNNING
+            and state
+        ),
+        what=f"session {session_id} to finish",
+    )
+
+
+def chunk_types(stream_id: str) -> list[str]:
+    return [c.chunk["type"] for c in get_stream_manager().get_all_chunks(stream_id)]
+
+
+def text_of(stream_id: str) -> str:
+    chunks = get_stream_manager().get_all_chunks(stream_id)
+    return "".join(c.chunk["delta"] for c in chunks if c.chunk["type"] == "text_delta")
+
+
+def roles(session_id: str) -> list[str]:
+    return [m.role for m in get_session_store().get_messages(session_id, limit=1000).messages]
+
+
+def test_a_run_with_tools_ends_with_validated_structured_output(worker, owner):
+    started = services.agent_start(
+        user=owner, agent_type="researcher", message="What are django and postgresql?"
+    )
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.COMPLETED
+    assert state.output["sources"] == ["django", "postgresql"]
+    assert state.custom_state == {"searches": ["What are django and postgresql?"]}
+    assert roles(started.session_id) == ["user", "assistant", "tool", "assistant"]
+    assert chunk_types(started.stream_id) == [
+        "text_delta",
+        "text_delta",
+        "tool_call_start",
+        "tool_result",
+        "run_completed",
+    ]
+    info = get_stream_manager().get_stream_info(started.stream_id)
+    assert info.status == "ended"
+    run = get_session_store().get_current_run(started.session_id)
+    assert (run.status, run.step_count) == (RunStatus.COMPLETED, 2)
+
+
+def test_parallel_tool_writes_all_land_and_every_step_commits(worker, owner):
+    started = services.agent_start(user=owner, agent_type="notetaker", message="Take notes.")
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.COMPLETED
+    assert state.custom_state == {"notes": ["first", "second", "third"]}
+    assert state.step_count == 3
+    steps = [c.step_count for c in get_session_store().list_checkpoints(started.session_id)]
+    assert steps == [3, 2, 1, 0]  # Newest first; 0 is the run's start.
+    custom = [c.chunk for c in get_stream_manager().get_all_chunks(started.stream_id)]
+    assert [c["data"] for c in custom if c["type"] == "custom"][-1] == {"noted": "third"}
+
+
+def test_a_session_remembers_earlier_turns(worker, owner):
+    first = services.agent_start(user=owner, agent_type="counter", message="add 5")
+    finished(first.session_id)
+    second = services.agent_start(
+        user=owner, agent_type="counter", message="add 7", session_id=first.session_id
+    )
+
+    state = finished(second.session_id)
+
+    assert second.session_id == first.session_id
+    assert state.custom_state == {"count": 12}
+    assert state.output == "The counter is now 12."
+    assert [r.turn for r in get_session_store().list_runs(first.session_id)] == [1, 2]
+
+
+def test_a_tool_that_raises_becomes_an_error_result_and_the_run_goes_on(worker, owner):
+    started = services.agent_start(user=owner, agent_type="clumsy", message="Try it.")
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.COMPLETED
+    results = [
+        c.chunk
+        for c in get_stream_manager().get_all_chunks(started.stream_id)
+        if c.chunk["type"] == "tool_result"
+    ]
+    assert results[0]["isError"] is True
+    assert "cannot handle this" in results[0]["result"]["error"]
+
+
+def test_a_run_fails_at_its_step_limit(worker, owner):
+    started = services.agent_start(user=owner, agent_type="looper", message="Go.")
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.FAILED
+    assert state.error == "Reached the limit of 3 steps."
+    assert state.step_count == 3
+    assert chunk_types(started.stream_id)[-1] == "run_failed"
+    assert get_stream_manager().get_stream_info(started.stream_id).status == "failed"
+
+
+def test_retryable_model_errors_are_retried_and_their_partial_text_dropped(worker, owner):
+    started = services.agent_start(user=owner, agent_type="flaky", message="Hello?")
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.COMPLETED
+    assert text_of(started.stream_id) == "Recovered."
+
+
+def test_a_failed_run_fails_its_stream_and_can_be_retried(worker, owner):
+    started = services.agent_start(user=owner, agent_type="second-chance", message="Hi.")
+    failed = finished(started.session_id)
+    assert failed.status == SessionStatus.FAILED
+    assert "bad request" in failed.error
+    assert get_stream_manager().get_stream_info(started.stream_id).status == "failed"
+
+    retried = services.agent_retry(user=owner, session_id=started.session_id)
+
+    state = finished(started.session_id)
+    assert state.status == SessionStatus.COMPLETED
+    assert state.output == "Second time lucky."
+    assert retried.run_id != started.run_id
+    assert chunk_types(started.stream_id)[-2:] == ["text_delta", "run_completed"]
+
+
+def interrupted_mid_stream(owner) -> services.StartedRun:
+    started = services.agent_start(user=owner, agent_type="talker", message="Talk.")
+    wait_for(lambda: len(text_of(started.stream_id)) > 20, what="the model to start talking")
+    asked_at = time.monotonic()
+    services.agent_interrupt(user=owner, session_id=started.session_id, reason="enough")
+    state = finished(started.session_id)
+    assert time.monotonic() - asked_at < 2.0  # Observed while streaming, not at the end.
+    assert state.status == SessionStatus.INTERRUPTED
+    assert chunk_types(started.stream_id)[-1] == "run_interrupted"
+    return started
+
+
+@pytest.mark.parametrize("mode", ["continue", "retry", "branch"])
+def test_an_interrupted_run_resumes_in_each_mode(worker, owner, mode):
+    started = interrupted_mid_stream(owner)
+    partial = get_session_store().get_messages(started.session_id).messages[-1]
+    assert partial.role == MessageRole.ASSISTANT
+    assert 0 < len(partial.content) < len(LONG_TEXT)
+    start_checkpoint = get_session_store().list_checkpoints(started.session_id)[-1]
+
+    resumed = services.agent_resume(
+        user=owner,
+        session_id=started.session_id,
+        mode=mode,
+        checkpoint_id=start_checkpoint.checkpoint_id if mode == "branch" else None,
+    )
+
+    state = finished(started.session_id)
+    assert state.status == SessionStatus.COMPLETED
+    assert state.output == LONG_TEXT
+    assert resumed.run_id != started.run_id
+    # `continue` keeps the partial reply; `retry` and `branch` went back before it.
+    expected = ["user", "assistant", "assistant"] if mode == "continue" else ["user", "assistant"]
+    assert roles(started.session_id) == expected
+    assert "run_resumed" in chunk_types(started.stream_id)
+
+
+def test_an_aborted_run_fails_for_good(worker, owner):
+    started = services.agent_start(user=owner, agent_type="talker", message="Talk.")
+    wait_for(lambda: text_of(started.stream_id), what="the model to start talking")
+
+    services.agent_abort(user=owner, session_id=started.session_id, reason="stop now")
+
+    state = get_session_store().load_state(started.session_id)
+    assert (state.status, state.aborted, state.abort_reason) == (
+        SessionStatus.FAILED,
+        True,
+        "stop now",
+    )
+    assert get_stream_manager().get_stream_info(started.stream_id).status == "failed"
+    time.sleep(1.0)  # The worker notices, and may not commit anything.
+    assert roles(started.session_id) == ["user"]
+    for control in (services.agent_retry, services.agent_resume):
+        with pytest.raises(RunNotActive):
+            control(user=owner, session_id=started.session_id)
