@@ -179,9 +179,13 @@ else:
     raise ImproperlyConfigured("REDIS_CHANNEL_LAYER must be 'pubsub' or 'core'.")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
+_visibility_timeout = env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # Seconds before the Redis broker hands an unacknowledged step to another worker.
-    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+    # Seconds before the Redis broker hands a dead worker's unacknowledged step to another;
+    # workers sweep for such steps every half of it, at most every 10 s.
+    "visibility_timeout": _visibility_timeout,
+    "unacked_restore_interval": max(1, min(10, _visibility_timeout // 2)),
+    "unacked_restore_throttle": 1,
 }
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir, _control_dir = VAR_DIR / "broker", VAR_DIR / "broker-control"

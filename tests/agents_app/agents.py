@@ -86,6 +86,26 @@ SCRIPTED_AGENTS = [
             Turn(tool_calls=[ScriptedToolCall(name="note", arguments={"text": "again"})])
         ),
     ),
+    # Three steps of slow text and parallel tools: a crash can land anywhere in them.
+    (
+        Agent(name="steady", tools=[note_tool], initial_state={"notes": []}),
+        sequence_script(
+            Turn(
+                text=" ".join(f"one{n}" for n in range(30)),
+                delay=0.01,
+                tool_calls=[
+                    ScriptedToolCall(name="note", arguments={"text": "a"}),
+                    ScriptedToolCall(name="note", arguments={"text": "b"}),
+                ],
+            ),
+            Turn(
+                text=" ".join(f"two{n}" for n in range(30)),
+                delay=0.01,
+                tool_calls=[ScriptedToolCall(name="note", arguments={"text": "c"})],
+            ),
+            Turn(text=" ".join(f"three{n}" for n in range(30)), delay=0.01),
+        ),
+    ),
     (Agent(name="flaky"), flaky_script),
     (Agent(name="second-chance"), second_chance_script),
 ]
