@@ -37,3 +37,13 @@ class InvalidResume(HelixError):
 
     def __init__(self, session_id: str, problem: str) -> None:
         super().__init__(f"Cannot resume session {session_id!r}: {problem}.", session_id=session_id)
+
+
+class HookRefused(HelixError):
+    """A `before_*` lifecycle hook refused the request with its own status and body."""
+
+    code = "refused-by-hook"
+
+    def __init__(self, status: int, body: dict) -> None:
+        super().__init__("A lifecycle hook refused the request.", response=body)
+        self.http_status = status

@@ -1,7 +1,8 @@
-"""Run control: start, interrupt and abort an agent's run (DESIGN "One turn, end to end").
+"""Run control: start, resume, retry, interrupt and abort (DESIGN "One turn, end to end").
 
-Each service checks the caller owns the session, writes what the run needs in one transaction,
-and enqueues the first step when that transaction commits.
+Each service checks the caller owns the session, runs the agent's `before_*` hook (which may
+refuse), writes what the run needs in one transaction, enqueues the first step when that
+transaction commits, then runs the `after_*` hook.
 """
 
 import uuid
@@ -12,7 +13,9 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from agents_app import control, execution
 from agents_app.errors import AgentTypeMismatch, InvalidResume, RunNotActive
+from agents_app.hooks import AgentHooks
 from agents_app.inputs import input_messages
 from agents_app.registry import AgentFactoryContext, get_registry
 from agents_app.tasks import run_step_task
@@ -22,7 +25,6 @@ from sessions_app.stores.types import (
     Checkpoint,
     CheckpointMeta,
     Message,
-    RunStatus,
     SessionState,
     SessionStatus,
 )
@@ -65,17 +67,26 @@ def agent_start(
     messages = input_messages(message)
     store = get_session_store()
     run_id = uuid.uuid4().hex
+    existing = session_id is not None and store.session_exists(session_id)
+    if existing:
+        session_for_user(session_id=session_id, user=user)  # Ownership, before any hook.
+    agent = get_registry().resolve(
+        agent_type,
+        AgentFactoryContext(session_id=session_id or "", run_id=run_id, user_id=user_id),
+    )
+    hooks = agent.hooks or AgentHooks()
+    body = {
+        "agentType": agent_type,
+        "input": {"message": message},
+        "sessionId": session_id,
+        "userId": user_id,
+        "tags": list(tags),
+        "metadata": dict(metadata or {}),
+    }
+    execution.before(hooks.before_start, body, session_id if existing else None)
     with transaction.atomic():
-        state = (
-            session_for_user(session_id=session_id, user=user)
-            if session_id and store.session_exists(session_id)
-            else None
-        )
+        state = session_for_user(session_id=session_id, user=user) if existing else None
         if state is None:
-            agent = get_registry().resolve(
-                agent_type,
-                AgentFactoryContext(session_id=session_id or "", run_id=run_id, user_id=user_id),
-            )
             state = store.create_session(
                 session_id,
                 agent_type=agent_type,
@@ -87,9 +98,11 @@ def agent_start(
             )
         elif state.agent_type != agent_type:
             raise AgentTypeMismatch(state.session_id, state.agent_type, agent_type)
-        elif state.aborted or state.status not in STARTABLE or _running(state.session_id):
+        elif state.aborted or state.status not in STARTABLE or control.is_running(state.session_id):
             raise RunNotActive(state.session_id, state.status, "start a run of")
-        return _begin_run(state, run_id, messages)
+        started = _begin_run(state, run_id, messages)
+    execution.after(hooks.after_start, started, agent_type)
+    return started
 
 
 def agent_resume(
@@ -109,9 +122,19 @@ def agent_resume(
     """
     messages = input_messages(append_messages) if append_messages else []
     store = get_session_store()
+    hooks = _hooks(session_for_user(session_id=session_id, user=user))
+    body = {
+        "options": {
+            "mode": mode,
+            "checkpointId": checkpoint_id,
+            "modifyState": modify_state,
+            "appendMessages": append_messages or [],
+        }
+    }
+    execution.before(hooks.before_resume, body, session_id)
     with transaction.atomic():
         state = session_for_user(session_id=session_id, user=user)
-        if state.aborted or state.status not in RESUMABLE or _running(session_id):
+        if state.aborted or state.status not in RESUMABLE or control.is_running(session_id):
             raise RunNotActive(session_id, state.status, "resume")
         state = _restored(state, mode, checkpoint_id)
         if modify_state:
@@ -119,14 +142,17 @@ def agent_resume(
         previous = store.get_current_run(session_id)
         started = _begin_run(state, uuid.uuid4().hex, messages)
         _announce_resume(state, started.run_id, previous.run_id if previous else None)
-        return started
+    execution.after(hooks.after_resume, started, state.agent_type)
+    return started
 
 
 def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
     """Run a failed session again, in a new run, from its last checkpoint."""
+    hooks = _hooks(session_for_user(session_id=session_id, user=user))
+    execution.before(hooks.before_retry, {"sessionId": session_id}, session_id)
     with transaction.atomic():
         state = session_for_user(session_id=session_id, user=user)
-        if state.aborted or state.status != SessionStatus.FAILED or _running(session_id):
+        if state.aborted or state.status != SessionStatus.FAILED or control.is_running(session_id):
             raise RunNotActive(session_id, state.status, "retry")
         checkpoint = get_session_store().get_latest_checkpoint(session_id)
         if checkpoint is not None:
@@ -134,56 +160,24 @@ def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
         previous = get_session_store().get_current_run(session_id)
         started = _begin_run(state, uuid.uuid4().hex, [])
         _announce_resume(state, started.run_id, previous.run_id if previous else None)
-        return started
+    execution.after(hooks.after_retry, started, state.agent_type)
+    return started
 
 
 def agent_interrupt(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:
     """Raise the durable interrupt flag of a running session; its step stops and commits."""
     state = session_for_user(session_id=session_id, user=user)
-    if not _running(session_id):
+    if not control.is_running(session_id):
         raise RunNotActive(session_id, state.status, "interrupt")
     get_session_store().set_interrupt_flag(session_id, reason)
 
 
 def agent_abort(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:
     """End the session's run for good: it fails, its stream fails, and it cannot resume."""
-    store = get_session_store()
     state = session_for_user(session_id=session_id, user=user)
-    run = store.get_current_run(session_id)
     if state.aborted or state.status in (SessionStatus.COMPLETED, SessionStatus.FAILED):
         raise RunNotActive(session_id, state.status, "abort")
-    error = f"Aborted: {reason}" if reason else "Aborted."
-    with transaction.atomic():
-        # A state write bumps the version: the running step, if any, can no longer commit.
-        store.save_state(
-            session_id,
-            replace(
-                state,
-                status=SessionStatus.FAILED,
-                aborted=True,
-                abort_reason=reason,
-                error=error,
-                failure_reason="aborted",
-            ),
-            expected_version=state.version,
-        )
-        store.set_interrupt_flag(session_id, "aborted")  # Stops a running step promptly.
-        if run is not None and run.status == RunStatus.RUNNING:
-            store.update_run_status(run.run_id, RunStatus.FAILED, error=error)
-        streams = get_stream_manager()
-        info = streams.get_stream_info(state.stream_id)
-        if info is not None and info.status in ("active", "paused"):
-            run_id = run.run_id if run else ""
-            writer = streams.create_writer(state.stream_id, run_id, state.agent_type)
-            writer.write(
-                chunks.RunFailed(
-                    step=state.step_count,
-                    session_id=session_id,
-                    agent_type=state.agent_type,
-                    error=error,
-                )
-            )
-            streams.fail_stream(state.stream_id, error)
+    control.abort_session(session_id, reason)
 
 
 def _begin_run(state: SessionState, run_id: str, messages: list[Message]) -> StartedRun:
@@ -255,6 +249,9 @@ def _announce_resume(state: SessionState, run_id: str, previous_run_id: str | No
     )
 
 
-def _running(session_id: str) -> bool:
-    run = get_session_store().get_current_run(session_id)
-    return run is not None and run.status == RunStatus.RUNNING
+def _hooks(state: SessionState) -> AgentHooks:
+    """Return the hooks of the session's agent (none if it has none)."""
+    agent = get_registry().resolve(
+        state.agent_type, AgentFactoryContext(session_id=state.session_id, run_id="")
+    )
+    return agent.hooks or AgentHooks()

@@ -1,0 +1,55 @@
+"""Run-control primitives the services and lifecycle hooks share; callers check ownership."""
+
+from dataclasses import replace
+
+from django.db import transaction
+
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import RunStatus, SessionStatus
+from streams_app import chunks
+from streams_app.backends import get_stream_manager
+
+
+def is_running(session_id: str) -> bool:
+    """Return whether the session's current run is running."""
+    run = get_session_store().get_current_run(session_id)
+    return run is not None and run.status == RunStatus.RUNNING
+
+
+def abort_session(session_id: str, reason: str | None = None) -> None:
+    """Fail the session, its run and its stream for good; a running step can no longer commit."""
+    store = get_session_store()
+    error = f"Aborted: {reason}" if reason else "Aborted."
+    with transaction.atomic():
+        state = store.load_state(session_id)
+        run = store.get_current_run(session_id)
+        # A state write bumps the version: the running step, if any, can no longer commit.
+        store.save_state(
+            session_id,
+            replace(
+                state,
+                status=SessionStatus.FAILED,
+                aborted=True,
+                abort_reason=reason,
+                error=error,
+                failure_reason="aborted",
+            ),
+            expected_version=state.version,
+        )
+        store.set_interrupt_flag(session_id, "aborted")  # Stops a running step promptly.
+        if run is not None and run.status == RunStatus.RUNNING:
+            store.update_run_status(run.run_id, RunStatus.FAILED, error=error)
+        streams = get_stream_manager()
+        info = streams.get_stream_info(state.stream_id)
+        if info is not None and info.status in ("active", "paused"):
+            run_id = run.run_id if run else ""
+            writer = streams.create_writer(state.stream_id, run_id, state.agent_type)
+            writer.write(
+                chunks.RunFailed(
+                    step=state.step_count,
+                    session_id=session_id,
+                    agent_type=state.agent_type,
+                    error=error,
+                )
+            )
+            streams.fail_stream(state.stream_id, error)

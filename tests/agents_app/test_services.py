@@ -1,0 +1,145 @@
+"""Run-control services in-process: ownership, bad input, states that refuse, and lifecycle
+hooks. Their first steps go to a private queue no worker reads (see `test_runtime` for runs)."""
+
+import pytest
+
+from agents_app import services
+from agents_app.definitions import Agent
+from agents_app.errors import AgentTypeMismatch, HookRefused, InvalidResume, RunNotActive
+from agents_app.hooks import AbortResult, AgentHooks
+from agents_app.inputs import InvalidInput
+from agents_app.registry import AgentNotFound, get_registry
+from sessions_app.errors import SessionNotFound
+from sessions_app.models import AgentSession
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import SessionStatus
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
+
+
+@pytest.fixture
+def hooked():
+    """Register an agent whose hooks record what they saw; `refuse` makes before_start refuse."""
+    seen: dict = {"refuse": False}
+
+    def before_start(context):
+        seen["before"] = (context.body, context.execution_state.is_executing)
+        if context.execution_state.is_executing:
+            context.execution_state.interrupt("new message")
+        if seen["refuse"]:
+            return AbortResult(status=401, body={"error": "User ID required"})
+        return None
+
+    async def after_start(context):  # Async hooks run too.
+        seen["after"] = (context.session_id, context.run_id, context.agent_type)
+
+    agent = Agent(
+        name="hooked", hooks=AgentHooks(before_start=before_start, after_start=after_start)
+    )
+    get_registry().register(agent)
+    yield seen
+    get_registry().unregister("hooked")
+
+
+def test_start_runs_the_hooks_around_the_run(owner, hooked):
+    started = services.agent_start(user=owner, agent_type="hooked", message="Hi", user_id="u-1")
+
+    body, executing = hooked["before"]
+    assert body["agentType"] == "hooked"
+    assert body["input"] == {"message": "Hi"}
+    assert body["userId"] == "u-1"
+    assert executing is False
+    assert hooked["after"] == (started.session_id, started.run_id, "hooked")
+
+
+def test_a_refusing_hook_writes_nothing_and_answers_with_its_status(owner, hooked):
+    hooked["refuse"] = True
+
+    with pytest.raises(HookRefused) as caught:
+        services.agent_start(user=owner, agent_type="hooked", message="Hi")
+
+    assert caught.value.http_status == 401
+    assert caught.value.details == {"response": {"error": "User ID required"}}
+    assert not AgentSession.objects.exists()
+    assert "after" not in hooked
+
+
+def test_a_hook_can_interrupt_the_running_execution(owner, hooked):
+    started = services.agent_start(user=owner, agent_type="hooked", message="Hi")
+
+    with pytest.raises(RunNotActive):  # Still running until its step sees the flag.
+        services.agent_start(
+            user=owner, agent_type="hooked", message="Again", session_id=started.session_id
+        )
+
+    assert hooked["before"][1] is True
+    flag = get_session_store().check_interrupt_flag(started.session_id)
+    assert flag.reason == "new message"
+
+
+def test_another_users_session_is_refused_as_a_missing_one(owner, stranger):
+    mine = services.agent_start(user=owner, agent_type="counter", message="add 1")
+    controls = [services.agent_resume, services.agent_retry, services.agent_interrupt]
+    for session_id in (mine.session_id, "no-such-session"):
+        for control in [*controls, services.agent_abort]:
+            with pytest.raises(SessionNotFound):
+                control(user=stranger, session_id=session_id)
+    with pytest.raises(SessionNotFound):
+        services.agent_start(
+            user=stranger, agent_type="counter", message="x", session_id=mine.session_id
+        )
+    state = get_session_store().load_state(mine.session_id)
+    assert (state.status, state.aborted, state.message_count) == (SessionStatus.ACTIVE, False, 1)
+    assert get_session_store().check_interrupt_flag(mine.session_id) is None
+
+
+def test_bad_input_and_unknown_agents_write_nothing(owner):
+    with pytest.raises(InvalidInput):
+        services.agent_start(user=owner, agent_type="counter", message=[])
+    with pytest.raises(AgentNotFound) as caught:
+        services.agent_start(user=owner, agent_type="nobody", message="Hi")
+    assert "counter" in caught.value.available_types
+    assert not AgentSession.objects.exists()
+
+
+def test_states_that_refuse_each_control(owner):
+    started = services.agent_start(user=owner, agent_type="counter", message="add 1")
+    session_id = started.session_id
+
+    with pytest.raises(RunNotActive):
+        services.agent_start(user=owner, agent_type="counter", message="x", session_id=session_id)
+    with pytest.raises(AgentTypeMismatch):
+        services.agent_start(
+            user=owner, agent_type="researcher", message="x", session_id=session_id
+        )
+    with pytest.raises(RunNotActive):
+        services.agent_resume(user=owner, session_id=session_id)
+    with pytest.raises(RunNotActive):
+        services.agent_retry(user=owner, session_id=session_id)
+
+    services.agent_abort(user=owner, session_id=session_id, reason="test")
+
+    state = get_session_store().load_state(session_id)
+    assert (state.status, state.aborted) == (SessionStatus.FAILED, True)
+    with pytest.raises(RunNotActive):
+        services.agent_interrupt(user=owner, session_id=session_id)
+    with pytest.raises(RunNotActive):
+        services.agent_abort(user=owner, session_id=session_id)
+    with pytest.raises(RunNotActive):
+        services.agent_start(user=owner, agent_type="counter", message="x", session_id=session_id)
+
+
+def test_resume_refuses_unknown_modes_and_checkpoints(owner):
+    started = services.agent_start(user=owner, agent_type="counter", message="add 1")
+    store = get_session_store()
+    run = store.get_current_run(started.session_id)
+    store.update_run_status(run.run_id, "interrupted")
+    store.update_status(started.session_id, SessionStatus.INTERRUPTED)
+
+    for mode, checkpoint_id in (("sideways", None), ("branch", "nope"), ("branch", None)):
+        with pytest.raises(InvalidResume):
+            services.agent_resume(
+                user=owner, session_id=started.session_id, mode=mode, checkpoint_id=checkpoint_id
+            )
+    with pytest.raises(InvalidResume, match="no step to retry"):
+        services.agent_resume(user=owner, session_id=started.session_id, mode="retry")
