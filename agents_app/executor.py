@@ -234,18 +234,18 @@ class _Attempt:
             ),
             agent.llm,
         )
-        retries = conf.llm_max_retries()
-        for attempt in range(retries + 1):
+        retries, retried = conf.llm_max_retries(), 0
+        while True:
             try:
                 return self._stream_reply(adapter, request, writer, watch)
             except LLMError as error:
-                if not error.retryable or attempt == retries or watch.stopped:
+                if not error.retryable or retried == retries or watch.stopped:
                     raise
-                logger.warning("LLM call failed (%s); retry %d of %d", error, attempt + 1, retries)
+                logger.warning("LLM call failed (%s); retry %d of %d", error, retried + 1, retries)
                 # The failed attempt's deltas go; the retry streams the reply afresh.
                 self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
-                time.sleep(conf.llm_retry_backoff_seconds() * 2**attempt)
-        raise AssertionError("unreachable")
+                time.sleep(conf.llm_retry_backoff_seconds() * 2**retried)
+                retried += 1
 
     def _stream_reply(self, adapter, request: LLMRequest, writer: StreamWriter, watch) -> _Reply:
         text: list[str] = []
