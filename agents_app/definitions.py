@@ -1,11 +1,17 @@
 """Agent and tool definitions (reference 001 `defineAgent` / `defineTool`), in Python.
 
-A tool's input is a pydantic model whose JSON schema is what the model sees. An agent with an
-output schema finishes only through its output tool, `final_output`, whose input is that
-schema; an agent without one finishes when a reply asks for no tool.
+A tool's input is a pydantic model; its JSON schema, from pydantic, is what the model sees.
+
+How a run finishes (the executor enforces it; these are the pieces):
+
+- An agent with an `output_schema` finishes only through its output tool, `final_output`
+  (`OUTPUT_TOOL_NAME`), whose input model is that schema. The executor never runs that tool:
+  it takes the call's arguments to `Agent.parse_output`, which returns the structured output
+  in JSON form, or raises `ToolInputInvalid` naming the problems (the model is told, and may
+  try again within `max_steps`).
+- An agent without one finishes when a reply asks for no tool; the reply's text is its output.
 """
 
-import asyncio
 import copy
 import inspect
 import re
@@ -13,14 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from asgiref.sync import async_to_sync
 from pydantic import BaseModel, ValidationError
 
 from agents_app.hooks import AgentHooks
-from agents_app.state import StateDraft
+from agents_app.state import StateDraft, json_copy
 from sessions_app.errors import HelixError
 
 OUTPUT_TOOL_NAME = "final_output"
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+# OpenAI's rule for function names, which the other providers accept too.
+NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 class InvalidDefinition(ValueError):
@@ -28,52 +36,79 @@ class InvalidDefinition(ValueError):
 
 
 class ToolInputInvalid(HelixError):
+    """A tool call's arguments do not fit the tool's input model."""
+
     code = "invalid-tool-input"
     http_status = 400
 
     def __init__(self, tool_name: str, error: ValidationError) -> None:
-        problems = [
-            {"location": ".".join(map(str, item["loc"])), "problem": item["msg"]}
-            for item in error.errors(include_url=False)
-        ]
+        problems = _problems(error)
         summary = "; ".join(f"{p['location'] or 'input'}: {p['problem']}" for p in problems)
-        super().__init__(f"Invalid input for {tool_name}: {summary}", problems=problems)
+        super().__init__(
+            f"Invalid input for {tool_name}: {summary}", tool=tool_name, problems=problems
+        )
+        self.tool_name = tool_name
+        self.problems = problems
+
+
+class ToolResultInvalid(ValueError):
+    """A tool returned what is not JSON, or what does not fit its output model."""
 
 
 class ToolContext(Protocol):
-    """What a tool's `execute` receives beside its input (the executor implements it)."""
+    """What a tool's `execute` receives beside its input; the executor implements it."""
 
-    session_id: str
-    run_id: str
-    agent_type: str
-    step: int
-    state: StateDraft
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def agent_type(self) -> str: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def tool_call_id(self) -> str: ...
+
+    @property
+    def state(self) -> StateDraft:
+        """Return the agent's custom state as this call sees it; write through it."""
 
     def emit(self, data: Any, *, name: str | None = None) -> None:
-        """Write a custom chunk to the session's stream."""
+        """Write a custom chunk (`streams_app.chunks.Custom`) to the session's stream."""
 
     def record_usage(self, metric_type: str, name: str, value: float) -> None:
         """Record a custom usage metric with the step."""
 
 
-def _check_name(kind: str, name: str) -> None:
-    if not _NAME.match(name):
-        raise InvalidDefinition(
-            f"{kind} name {name!r} must be 1-64 letters, digits, underscores or hyphens."
-        )
+ToolFunction = Callable[[Any, ToolContext], Any]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Tool:
-    """A tool the model may call; `execute(input, ctx)` may be sync or async."""
+    """A tool the model may call.
+
+    `execute(input, ctx)` receives an instance of `input_model` and a `ToolContext`; it may be
+    sync or async. What it returns must have a JSON form (pydantic models are dumped); with an
+    `output_model`, it must also validate as one.
+    """
 
     name: str
     description: str
     input_model: type[BaseModel]
-    execute: Callable[[Any, ToolContext], Any]
+    execute: ToolFunction
+    output_model: type[BaseModel] | None = None
 
     def __post_init__(self) -> None:
         _check_name("Tool", self.name)
+        _check_model(f"Tool {self.name!r}: input_model", self.input_model)
+        if self.output_model is not None:
+            _check_model(f"Tool {self.name!r}: output_model", self.output_model)
+        if not callable(self.execute):
+            raise InvalidDefinition(f"Tool {self.name!r}: execute must be callable.")
 
     def json_schema(self) -> dict[str, Any]:
         """Return the JSON schema of the tool's input, as sent to the model."""
@@ -87,24 +122,41 @@ class Tool:
             raise ToolInputInvalid(self.name, error) from None
 
     def run(self, arguments: Mapping[str, Any], ctx: ToolContext) -> Any:
-        """Validate the arguments and run the tool; return its result in JSON-able form.
+        """Validate the arguments, run the tool, and return its result in JSON form.
 
-        Call it from a thread without a running event loop: an async tool runs to completion
-        in a loop of its own.
+        Call it from sync code: the executor calls it in a worker thread of its own. An async
+        `execute` runs to completion through `async_to_sync`, so the `sync_to_async` calls it
+        makes (the ORM, say) run in that same thread, not in a thread shared by every call.
+        Raise `ToolInputInvalid` for bad arguments and `ToolResultInvalid` for a bad result;
+        whatever `execute` raises propagates.
         """
         result = self.execute(self.parse_input(arguments), ctx)
         if inspect.isawaitable(result):
-            result = asyncio.run(_awaited(result))
-        return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+            result = async_to_sync(_awaited)(result)
+        return self._json_result(result)
 
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+    def _json_result(self, result: Any) -> Any:
+        if self.output_model is not None and not isinstance(result, self.output_model):
+            try:
+                result = self.output_model.model_validate(result)
+            except ValidationError as error:
+                summary = "; ".join(
+                    f"{p['location'] or 'result'}: {p['problem']}" for p in _problems(error)
+                )
+                raise ToolResultInvalid(f"Tool {self.name!r} returned {summary}") from None
+        try:
+            return json_copy(result, f"The result of tool {self.name!r}")
+        except ValueError as error:
+            raise ToolResultInvalid(str(error)) from None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Agent:
-    """An agent: its prompt, tools, optional output schema, initial state and limits."""
+    """An agent: its prompt, tools, optional output schema, initial state and limits.
+
+    `system_prompt` is text or a function of the custom state; `initial_state` is a dict or a
+    function returning one; `llm` is free-form adapter configuration (model, temperature, ...).
+    """
 
     name: str
     description: str = ""
@@ -115,35 +167,83 @@ class Agent:
     max_steps: int = 10
     llm: dict[str, Any] = field(default_factory=dict)
     hooks: AgentHooks | None = None
+    _output_tool: Tool | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         _check_name("Agent", self.name)
+        where = f"Agent {self.name!r}"
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int):
+            raise InvalidDefinition(f"{where}: max_steps must be an integer.")
         if self.max_steps < 1:
-            raise InvalidDefinition(f"Agent {self.name!r}: max_steps must be at least 1.")
-        names = [tool.name for tool in self.all_tools()]
+            raise InvalidDefinition(f"{where}: max_steps must be at least 1.")
+        if not isinstance(self.system_prompt, str) and not callable(self.system_prompt):
+            raise InvalidDefinition(f"{where}: system_prompt must be text or a function.")
+        if not isinstance(self.llm, Mapping):
+            raise InvalidDefinition(f"{where}: llm must be a dict.")
+        if self.hooks is not None and not isinstance(self.hooks, AgentHooks):
+            raise InvalidDefinition(f"{where}: hooks must be an AgentHooks.")
+        if not callable(self.initial_state):
+            if not isinstance(self.initial_state, Mapping):
+                raise InvalidDefinition(f"{where}: initial_state must be a dict or a function.")
+            try:
+                json_copy(self.initial_state, f"{where}: initial_state")
+            except ValueError as error:
+                raise InvalidDefinition(str(error)) from None
+        self._check_tools(where)
+        if self.output_schema is not None:
+            _check_model(f"{where}: output_schema", self.output_schema)
+            object.__setattr__(self, "_output_tool", output_tool(self.output_schema))
+        object.__setattr__(self, "tools", list(self.tools))
+
+    def _check_tools(self, where: str) -> None:
+        for tool in self.tools:
+            if not isinstance(tool, Tool):
+                raise InvalidDefinition(f"{where}: {tool!r} is not a Tool.")
+            if tool.name == OUTPUT_TOOL_NAME:
+                raise InvalidDefinition(
+                    f"{where}: the tool name {OUTPUT_TOOL_NAME!r} is reserved for the output "
+                    "tool; give the agent an output_schema instead."
+                )
+        names = [tool.name for tool in self.tools]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
-            raise InvalidDefinition(f"Agent {self.name!r} has tools named alike: {duplicates}.")
+            raise InvalidDefinition(f"{where} has several tools named {', '.join(duplicates)}.")
 
-    def render_system_prompt(self, state: dict[str, Any]) -> str:
+    def render_system_prompt(self, state: Mapping[str, Any] | None) -> str:
         """Return the system prompt for the agent's custom state."""
         prompt = self.system_prompt
-        return prompt(copy.deepcopy(state)) if callable(prompt) else prompt
+        if not callable(prompt):
+            return prompt
+        rendered = prompt(copy.deepcopy(dict(state or {})))
+        if not isinstance(rendered, str):
+            raise TypeError(
+                f"Agent {self.name!r}: system_prompt returned {type(rendered).__name__}, not text."
+            )
+        return rendered
 
     def make_initial_state(self) -> dict[str, Any]:
-        """Return a fresh copy of the initial custom state."""
-        initial = self.initial_state
-        return copy.deepcopy(initial() if callable(initial) else initial)
+        """Return a fresh copy of the initial custom state, in JSON form."""
+        initial = self.initial_state() if callable(self.initial_state) else self.initial_state
+        if not isinstance(initial, Mapping):
+            raise TypeError(
+                f"Agent {self.name!r}: initial_state returned {type(initial).__name__}, not a dict."
+            )
+        return json_copy(dict(initial), f"Agent {self.name!r}: initial_state")
 
     def all_tools(self) -> list[Tool]:
-        """Return the agent's tools and, with an output schema, its output tool."""
-        if self.output_schema is None:
+        """Return the agent's tools and, with an output schema, its output tool last."""
+        if self._output_tool is None:
             return list(self.tools)
-        return [*self.tools, output_tool(self.output_schema)]
+        return [*self.tools, self._output_tool]
 
     def parse_output(self, arguments: Mapping[str, Any]) -> Any:
-        """Return the structured output in JSON form; raise `ToolInputInvalid` if it is not."""
-        return output_tool(self.output_schema).parse_input(arguments).model_dump(mode="json")
+        """Return the structured output an output-tool call gives, in JSON form.
+
+        Raise `ToolInputInvalid` naming the problems if it does not fit the output schema.
+        """
+        if self._output_tool is None:
+            raise ValueError(f"Agent {self.name!r} has no output schema.")
+        return self._output_tool.parse_input(arguments).model_dump(mode="json")
 
 
 def output_tool(schema: type[BaseModel]) -> Tool:
@@ -157,4 +257,30 @@ def output_tool(schema: type[BaseModel]) -> Tool:
 
 
 def _handled_by_the_executor(output: BaseModel, ctx: ToolContext) -> Any:
-    raise RuntimeError(f"The executor handles {OUTPUT_TOOL_NAME} calls itself.")
+    raise RuntimeError(
+        f"{OUTPUT_TOOL_NAME} is not run: the executor passes its arguments to "
+        "Agent.parse_output and finishes the run."
+    )
+
+
+def _check_name(kind: str, name: Any) -> None:
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        raise InvalidDefinition(
+            f"{kind} name {name!r} must be 1 to 64 letters, digits, underscores or hyphens."
+        )
+
+
+def _check_model(what: str, model: Any) -> None:
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise InvalidDefinition(f"{what} must be a pydantic model class, not {model!r}.")
+
+
+def _problems(error: ValidationError) -> list[dict[str, str]]:
+    return [
+        {"location": ".".join(map(str, item["loc"])), "problem": item["msg"]}
+        for item in error.errors(include_url=False)
+    ]
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,26 +1,35 @@
 """The agent registry (reference 001 "AgentRegistry with Factories").
 
 Static agents are registered by name; factories build an agent per execution from an
-`AgentFactoryContext`. `resolve` tries the factory first. The default registry, `get_registry()`,
-imports the modules named in ``HELIX["AGENTS"]`` on first use; each registers its agents.
+`AgentFactoryContext`. `resolve` tries the factory first, then the static agent; `get` knows
+static agents only.
+
+The default registry, `get_registry()`, holds the agents of the modules ``HELIX["AGENTS"]``
+names (each registers its agents when imported, with `get_registry().register(...)`), plus any
+registered directly. It follows the setting: after it changes (``override_settings``), the
+agents of modules no longer named leave, and those of newly named modules arrive; a module is
+imported once, and what it registered then is put back whenever it is named again.
 """
 
 import importlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from agents_app.definitions import Agent
+from agents_app.definitions import NAME_PATTERN, Agent, InvalidDefinition
 from sessions_app.conf import helix_setting
 from sessions_app.errors import HelixError
 
 
 class AgentNotFound(HelixError):
+    """No agent, static or by factory, is registered under the type."""
+
     code = "agent-not-found"
     http_status = 404
 
@@ -34,11 +43,18 @@ class AgentNotFound(HelixError):
         self.available_types = available_types
 
 
+class AgentAlreadyRegistered(ValueError):
+    """The agent type is taken (or, for `replace`, held by a factory)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class AgentFactoryContext:
+    """What a factory builds an agent from (reference 001; `env` becomes Django's settings)."""
+
     session_id: str
     run_id: str
     user_id: str | None = None
+    settings: Any = field(default=django_settings, repr=False, compare=False)
 
 
 AgentFactory = Callable[[AgentFactoryContext], Agent]
@@ -53,61 +69,83 @@ class AgentRegistry:
         self._lock = threading.RLock()
 
     def register(self, agent: Agent) -> None:
-        """Register a static agent; raise `ValueError` if its name is taken."""
+        """Register a static agent; raise `AgentAlreadyRegistered` if its name is taken."""
+        if not isinstance(agent, Agent):
+            raise TypeError(f"Only an Agent can be registered, not {agent!r}.")
         with self._lock:
-            if self.has(agent.name):
-                raise ValueError(f"An agent of type {agent.name!r} is already registered.")
+            self._refuse_taken(agent.name)
             self._agents[agent.name] = agent
 
     def register_factory(self, agent_type: str, factory: AgentFactory) -> None:
-        """Register a factory that builds `agent_type` agents; raise if the type is taken."""
+        """Register a factory that builds the `agent_type` agent of each execution.
+
+        Raise `AgentAlreadyRegistered` if the type is taken.
+        """
+        if not isinstance(agent_type, str) or not NAME_PATTERN.fullmatch(agent_type):
+            raise InvalidDefinition(
+                f"Agent type {agent_type!r} must be 1 to 64 letters, digits, underscores or "
+                "hyphens."
+            )
+        if not callable(factory):
+            raise TypeError(f"The factory of {agent_type!r} must be callable.")
         with self._lock:
-            if self.has(agent_type):
-                raise ValueError(f"An agent of type {agent_type!r} is already registered.")
+            self._refuse_taken(agent_type)
             self._factories[agent_type] = factory
 
     def replace(self, agent: Agent) -> bool:
         """Put `agent` in place of its static registration; return whether there was one.
 
-        Raises `ValueError` if a factory holds the name: unregister it first.
+        Raise `AgentAlreadyRegistered` if a factory holds the name: `unregister` it first.
         """
+        if not isinstance(agent, Agent):
+            raise TypeError(f"Only an Agent can be registered, not {agent!r}.")
         with self._lock:
             if agent.name in self._factories:
-                raise ValueError(
-                    f"A factory holds {agent.name!r}; unregister it before replacing it."
+                raise AgentAlreadyRegistered(
+                    f"A factory holds agent type {agent.name!r}; unregister it before replacing it."
                 )
             existed = agent.name in self._agents
             self._agents[agent.name] = agent
             return existed
 
     def resolve(self, agent_type: str, context: AgentFactoryContext) -> Agent:
-        """Return the agent of `agent_type`: built by its factory, else the static one."""
+        """Return the `agent_type` agent: its factory's build for `context`, else the static one.
+
+        Raise `AgentNotFound` if neither is registered, and `TypeError` if the factory builds
+        something other than an Agent named `agent_type`.
+        """
         with self._lock:
             factory = self._factories.get(agent_type)
             agent = self._agents.get(agent_type)
         if factory is not None:
-            agent = factory(context)
-            if not isinstance(agent, Agent) or agent.name != agent_type:
-                raise TypeError(f"The factory of {agent_type!r} must return an Agent of that name.")
+            built = factory(context)
+            if not isinstance(built, Agent) or built.name != agent_type:
+                got = f"Agent {built.name!r}" if isinstance(built, Agent) else repr(built)
+                raise TypeError(
+                    f"The factory of {agent_type!r} must return an Agent named {agent_type!r}, "
+                    f"not {got}."
+                )
+            return built
         if agent is None:
             raise AgentNotFound(agent_type, self.registered_types())
         return agent
 
     def get(self, agent_type: str) -> Agent | None:
-        """Return the static agent of `agent_type`, if any (factories are not consulted)."""
+        """Return the static agent of `agent_type`, or None; factories are not consulted."""
         with self._lock:
             return self._agents.get(agent_type)
 
     def has(self, agent_type: str) -> bool:
-        """Return whether `agent_type` is registered, statically or by factory."""
+        """Return whether `agent_type` is registered, statically or by a factory."""
         with self._lock:
             return agent_type in self._agents or agent_type in self._factories
 
     def unregister(self, agent_type: str) -> bool:
-        """Remove `agent_type`'s registration; return whether there was one."""
+        """Remove `agent_type`'s registration, static or factory; return whether there was one."""
         with self._lock:
-            found = self._agents.pop(agent_type, None) or self._factories.pop(agent_type, None)
-            return found is not None
+            agent = self._agents.pop(agent_type, None)
+            factory = self._factories.pop(agent_type, None)
+            return agent is not None or factory is not None
 
     def registered_types(self) -> list[str]:
         """Return every registered type, sorted."""
@@ -120,38 +158,116 @@ class AgentRegistry:
             self._agents.clear()
             self._factories.clear()
 
+    def _refuse_taken(self, agent_type: str) -> None:
+        if agent_type in self._agents:
+            raise AgentAlreadyRegistered(f"An agent of type {agent_type!r} is already registered.")
+        if agent_type in self._factories:
+            raise AgentAlreadyRegistered(
+                f"An agent of type {agent_type!r} is already registered, by a factory."
+            )
 
-_default = AgentRegistry()
-_discovered: tuple[str, ...] | None = None
-_discovery_lock = threading.RLock()
+    # For discovery: registrations as (type -> the Agent or factory registered under it).
+
+    def _entries(self) -> dict[str, object]:
+        with self._lock:
+            return {**self._agents, **self._factories}
+
+    def _restore(self, agent_type: str, entry: object) -> None:
+        """Register `entry` under `agent_type` again, unless something else holds the type."""
+        with self._lock:
+            if not self.has(agent_type):
+                store = self._agents if isinstance(entry, Agent) else self._factories
+                store[agent_type] = entry
+
+    def _withdraw(self, agent_type: str, entry: object) -> None:
+        """Remove `entry` from under `agent_type`, if it is what the type still holds."""
+        with self._lock:
+            if self._entries().get(agent_type) is entry:
+                self.unregister(agent_type)
 
 
-def get_registry() -> AgentRegistry:
-    """Return the default registry, having imported the modules ``HELIX["AGENTS"]`` names."""
-    global _discovered
-    modules = tuple(helix_setting("AGENTS", ()))
-    with _discovery_lock:
-        if _discovered != modules:
-            _discovered = modules  # Before importing: the modules call back in.
-            for name in modules:
-                _import(name)
-    return _default
+class _Discovery:
+    """Keeps the default registry in step with ``HELIX["AGENTS"]``."""
+
+    def __init__(self, registry: AgentRegistry) -> None:
+        self.registry = registry
+        self.lock = threading.RLock()
+        self.installed: tuple[str, ...] = ()
+        self.stale = True
+        self.busy = False  # A listed module, while imported, calls get_registry() again.
+        self.made: dict[str, dict[str, object]] = {}  # What each module registered on import.
+
+    def ensure(self, modules: tuple[str, ...]) -> None:
+        """Make the registry hold the agents of `modules` and of no other discovered module."""
+        with self.lock:
+            if self.busy or (not self.stale and modules == self.installed):
+                return
+            self.busy = True
+            try:
+                for module in self.installed:
+                    if module not in modules:
+                        for agent_type, entry in self.made[module].items():
+                            self.registry._withdraw(agent_type, entry)
+                self.installed = tuple(module for module in self.installed if module in modules)
+                for module in modules:
+                    self._install(module)
+                    if module not in self.installed:
+                        self.installed += (module,)
+                self.stale = False
+            finally:
+                self.busy = False
+
+    def _install(self, module: str) -> None:
+        if module in self.made:
+            for agent_type, entry in self.made[module].items():
+                self.registry._restore(agent_type, entry)
+            return
+        before = self.registry._entries()
+        try:
+            _import(module)
+        except BaseException:  # Undo its partial registrations, so that a retry can succeed.
+            for agent_type, entry in self._made_since(before).items():
+                self.registry._withdraw(agent_type, entry)
+            raise
+        self.made[module] = self._made_since(before)
+
+    def _made_since(self, before: dict[str, object]) -> dict[str, object]:
+        return {
+            agent_type: entry
+            for agent_type, entry in self.registry._entries().items()
+            if before.get(agent_type) is not entry
+        }
 
 
-def _import(name: str) -> Any:
+def _import(name: str) -> None:
     try:
-        return importlib.import_module(name)
+        importlib.import_module(name)
     except ModuleNotFoundError as error:
-        if error.name and name.startswith(error.name):
+        if error.name == name or name.startswith(f"{error.name}."):
             raise ImproperlyConfigured(
-                f'HELIX["AGENTS"] names {name!r}, which does not exist.'
+                f'HELIX["AGENTS"] names the module {name!r}, which does not exist.'
             ) from None
         raise
 
 
+_default = AgentRegistry()
+_discovery = _Discovery(_default)
+
+
+def get_registry() -> AgentRegistry:
+    """Return the default registry, holding the agents of the modules ``HELIX["AGENTS"]`` names.
+
+    Raise `ImproperlyConfigured` if one of those modules does not exist.
+    """
+    modules = helix_setting("AGENTS", ())
+    if isinstance(modules, str):
+        raise ImproperlyConfigured('HELIX["AGENTS"] must be a list of module paths, not a string.')
+    _discovery.ensure(tuple(modules))
+    return _default
+
+
 @receiver(setting_changed)
 def _rediscover(*, setting: str, **kwargs: Any) -> None:
-    global _discovered
     if setting == "HELIX":
-        with _discovery_lock:
-            _discovered = None
+        with _discovery.lock:
+            _discovery.stale = True

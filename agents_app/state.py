@@ -1,30 +1,61 @@
 """The state draft a tool call writes through: reads see its own writes, writes become ops.
 
 Each tool call of a step gets a draft of the custom state the step began with. Its writes are
-recorded as merge ops (`sessions_app.stores.types`), staged per call, and applied at the step
-commit, so parallel calls merge without losing each other's writes.
+recorded as merge ops (`sessions_app.stores.types`), staged per call as a `StagedToolChange`,
+and applied at the step commit with `apply_merge_ops`, so parallel calls merge without losing
+each other's writes: appends all land, and of two `set`s of one key the later call wins.
 """
 
 import copy
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sessions_app.stores.rules import apply_merge_ops
-from sessions_app.stores.types import AppendOp, DeleteOp, MergeOp, ReplaceOp, StepWrites
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-_MISSING = object()
+from sessions_app.stores.rules import apply_merge_ops
+from sessions_app.stores.types import (
+    AppendOp,
+    DeleteOp,
+    MergeOp,
+    ReplaceOp,
+    StagedToolChange,
+    StepWrites,
+)
+
+
+def json_copy(value: Any, what: str) -> Any:
+    """Return `value` in JSON form (pydantic models dumped), sharing nothing with it.
+
+    Raise `ValueError` naming `what` when it has no JSON form; NaN and infinities count as
+    none, since PostgreSQL refuses them.
+    """
+    try:
+        converted = to_jsonable_python(value)
+        json.dumps(converted, allow_nan=False)
+    except (PydanticSerializationError, ValueError, TypeError) as error:
+        raise ValueError(f"{what} must be JSON-serializable: {error}") from None
+    return converted
 
 
 class StateDraft(Mapping[str, Any]):
-    """A custom state with pending writes; it never changes the dict it was given."""
+    """A custom state with pending writes; it never changes the dict it was given.
 
-    def __init__(self, state: Mapping[str, Any] | None) -> None:
-        self._base = copy.deepcopy(dict(state or {}))
+    Read it like a dict (`draft[key]`, `key in draft`, `draft.get(key)`); every value read is
+    a copy, so changing it changes nothing. Write with `draft[key] = value`, `set`, `append`,
+    `delete` or `del draft[key]`; values are stored in their JSON form.
+    """
+
+    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        self._base: dict[str, Any] = copy.deepcopy(dict(state or {}))
         self._ops: list[MergeOp] = []
-        self._view = dict(self._base)
+        self._view: dict[str, Any] = dict(self._base)
 
     def __getitem__(self, key: str) -> Any:
         return copy.deepcopy(self._view[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._view
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._view))
@@ -40,22 +71,52 @@ class StateDraft(Mapping[str, Any]):
             raise KeyError(key)
         self.delete(key)
 
+    def __repr__(self) -> str:
+        return f"<StateDraft {self._view!r} ops={len(self._ops)}>"
+
     def set(self, key: str, value: Any) -> None:
-        """Set `key` to `value` (the last writer of a key wins)."""
-        self._record(ReplaceOp(key=key, value=copy.deepcopy(value)))
+        """Set `key` to `value`; of parallel calls setting one key, the later call wins."""
+        self._record(ReplaceOp(key=_checked(key), value=json_copy(value, f"State key {key!r}")))
 
     def append(self, key: str, *items: Any) -> None:
-        """Append `items` to the list at `key` (appends of parallel calls all land)."""
-        self._record(AppendOp(key=key, items=copy.deepcopy(list(items))))
+        """Append `items` to the list at `key`, creating it; parallel appends all land.
+
+        Raise `TypeError` if `key` holds something other than a list.
+        """
+        current = self._view.get(_checked(key))
+        if current is not None and not isinstance(current, list):
+            raise TypeError(
+                f"Cannot append to state key {key!r}: it holds {type(current).__name__}, "
+                "not a list."
+            )
+        self._record(AppendOp(key=key, items=json_copy(list(items), f"State key {key!r}")))
 
     def delete(self, key: str) -> None:
-        """Remove `key`."""
-        self._record(DeleteOp(key=key))
+        """Remove `key` (nothing happens at commit if it is absent by then)."""
+        self._record(DeleteOp(key=_checked(key)))
 
     def ops(self) -> list[MergeOp]:
-        """Return the writes so far, in order."""
-        return list(self._ops)
+        """Return the writes so far, in order, as merge ops sharing nothing with the draft."""
+        return copy.deepcopy(self._ops)
+
+    def writes(self) -> StepWrites:
+        """Return the writes as the `StepWrites` that `apply_merge_ops` takes."""
+        return StepWrites(ops=self.ops())
+
+    def staged_change(self, tool_call_id: str) -> StagedToolChange:
+        """Return the writes as the staged change of the tool call `tool_call_id`.
+
+        The change carries merge ops only: they are what the step commit applies, and the
+        store's size limit counts every byte staged.
+        """
+        return StagedToolChange(tool_call_id=tool_call_id, merge_ops=self.ops())
 
     def _record(self, op: MergeOp) -> None:
         self._ops.append(op)
-        self._view, _ = apply_merge_ops(self._base, StepWrites(ops=self._ops))
+        self._view, _ = apply_merge_ops(self._view, StepWrites(ops=[op]))
+
+
+def _checked(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"State keys are strings, not {type(key).__name__}.")
+    return key

@@ -101,8 +101,8 @@ def test_a_worker_paused_past_its_lease_cannot_write_or_commit(tmp_path, owner):
         expected = transcript(started.session_id)
         paused.resume()
         wait_for(
-            lambda: "took over" in paused.read_log() or "superseded" in paused.read_log(),
-            what="the paused worker to say it was superseded",
+            lambda: "was taken over by another worker and did not commit" in paused.read_log(),
+            what="the paused worker to say it was taken over",
         )
         assert transcript(started.session_id) == expected
     finally:
