@@ -42,3 +42,15 @@ def _close_connections_of_async_code():
     """Close what async tests left open in asgiref's shared thread, so test databases can drop."""
     yield
     SyncToAsync.single_thread_executor.submit(connections.close_all).result()
+
+
+@pytest.fixture
+def owner(django_user_model):
+    """A user who owns the sessions a test creates."""
+    return django_user_model.objects.create_user("owner", password="pw")
+
+
+@pytest.fixture
+def stranger(django_user_model):
+    """A user who owns nothing, to check isolation."""
+    return django_user_model.objects.create_user("stranger", password="pw")

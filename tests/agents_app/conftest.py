@@ -8,16 +8,6 @@ from helix_project.celery import app
 
 
 @pytest.fixture
-def owner(django_user_model):
-    return django_user_model.objects.create_user("owner", password="pw")
-
-
-@pytest.fixture
-def stranger(django_user_model):
-    return django_user_model.objects.create_user("stranger", password="pw")
-
-
-@pytest.fixture
 def private_queue():
     """Send this test's tasks to a queue of its own, purged afterwards (no worker reads it)."""
     previous = app.conf.task_default_queue

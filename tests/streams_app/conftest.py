@@ -26,16 +26,6 @@ def manager(manager_class: type[StreamManager]) -> StreamManager:
 
 
 @pytest.fixture
-def owner(django_user_model):
-    return django_user_model.objects.create_user("owner", password="pw")
-
-
-@pytest.fixture
-def stranger(django_user_model):
-    return django_user_model.objects.create_user("stranger", password="pw")
-
-
-@pytest.fixture
 def owned_session(owner) -> str:
     """Return the id of a session `owner` owns, whose stream has no writer yet."""
     from sessions_app.stores import get_session_store
