@@ -1,0 +1,1 @@
+"""LLM adapters: the protocol and factory (`base`), the scripted default, OpenAI-compatible."""

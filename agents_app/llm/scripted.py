@@ -1,49 +1,74 @@
 """The deterministic, offline adapter: the default, which drives the demo agents and the tests.
 
-A script is a function `(request, context) -> Turn` registered for an agent type (or named by
-dotted path in the options as `script`). A turn's text streams as deltas of a few words,
-`delay` seconds apart; its tool calls follow, with ids derived from the run, the turn's step
-and their position, so a step run again asks for the same calls. A turn with an `error` raises
-it after its text. Usage counts words, as a stand-in for tokens.
+A script is a function ``(request, context) -> Turn``. The adapter takes it from its options
+(``"script"``: a dotted path or the function itself, from ``HELIX["LLM"]["OPTIONS"]`` or the
+agent's `llm` config), else from the registry by agent type, else it echoes the last user
+message.
+
+A turn plays as: its reasoning, then its text, as deltas of a few words each, `delay` seconds
+before each; then its tool calls, with ids derived from the run, the step and their position,
+so a step run again asks for the same calls; then usage (words stand in for tokens) and
+`Finish`. A turn's `error` is raised after `error_after` text deltas (by default after all of
+them), before any tool call. `close()` from any thread ends the iteration within one delay,
+quietly (`LLMStream`).
+
+The step is the number of assistant replies since the last user message: 0 when a turn starts.
 """
 
+import json
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from agents_app.llm.base import (
     AdapterContext,
     Finish,
+    FinishReason,
     LLMError,
     LLMEvent,
     LLMRequest,
+    ReasoningDelta,
     TextDelta,
     ToolCall,
     Usage,
+    parse_tool_arguments,
 )
 from sessions_app.stores.types import MessageRole
 
 WORDS_PER_DELTA = 3
+DEFAULT_MODEL = "scripted"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class ScriptedToolCall:
+    """A tool call the scripted model makes; string arguments are parsed as a model's JSON."""
+
     name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[str, Any] | str = field(default_factory=dict)
     id: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
-    """What the scripted model answers in one step."""
+    """What the scripted model answers in one step.
+
+    `usage` replaces the computed usage; `finish` replaces the finish reason (``tool_calls``
+    when the turn calls tools, else ``stop``).
+    """
 
     text: str = ""
     tool_calls: list[ScriptedToolCall] = field(default_factory=list)
+    usage: Usage | None = None
     error: LLMError | None = None
+    error_after: int | None = None
     delay: float = 0.0
+    reasoning: str = ""
+    finish: FinishReason | None = None
 
 
 Script = Callable[[LLMRequest, AdapterContext], Turn]
@@ -82,6 +107,8 @@ def turn_step(request: LLMRequest) -> int:
 
 def sequence_script(*turns: Turn) -> Script:
     """Return a script that answers turn i at step i of a turn (the last turn thereafter)."""
+    if not turns:
+        raise ValueError("sequence_script needs at least one turn.")
 
     def script(request: LLMRequest, context: AdapterContext) -> Turn:
         return turns[min(turn_step(request), len(turns) - 1)]
@@ -95,20 +122,44 @@ def echo(request: LLMRequest, context: AdapterContext) -> Turn:
     return Turn(text=f"You said: {users[-1].content}" if users else "Hello.")
 
 
+def word_pieces(text: str, words: int = WORDS_PER_DELTA) -> list[str]:
+    """Split `text` into pieces of a few words each that concatenate back to it exactly."""
+    tokens = re.findall(r"\s*\S+", text)
+    pieces = ["".join(tokens[start : start + words]) for start in range(0, len(tokens), words)]
+    rest = text[sum(map(len, tokens)) :]
+    if rest:
+        pieces = [*pieces[:-1], pieces[-1] + rest] if pieces else [rest]
+    return pieces
+
+
+def resolve_script(options: dict[str, Any], agent_type: str) -> Script:
+    """Return the script the options name, else the one registered for the agent type, else echo."""
+    named = options.get("script")
+    if callable(named):
+        return named
+    if named:
+        try:
+            return import_string(named)
+        except ImportError as error:
+            raise ImproperlyConfigured(f"Scripted LLM script {named!r}: {error}") from error
+    return script_for(agent_type) or echo
+
+
 class ScriptedAdapter:
-    """Play the script of the context's agent type (options: `script`, `model`)."""
+    """Play a script (options: `script`, `model`)."""
 
     def __init__(self, options: dict[str, Any], context: AdapterContext) -> None:
         self.context = context
-        self.model = options.get("model") or "scripted"
-        named = options.get("script")
-        self.script = import_string(named) if named else script_for(context.agent_type) or echo
+        self.model = options.get("model") or DEFAULT_MODEL
+        self.script = resolve_script(options, context.agent_type)
 
     def stream(self, request: LLMRequest) -> "ScriptedStream":
         return ScriptedStream(self, request)
 
 
 class ScriptedStream:
+    """The scripted reply to one request; the script runs when iteration starts."""
+
     def __init__(self, adapter: ScriptedAdapter, request: LLMRequest) -> None:
         self.adapter = adapter
         self.request = request
@@ -118,26 +169,62 @@ class ScriptedStream:
         self._closed.set()
 
     def __iter__(self) -> Iterator[LLMEvent]:
-        context, request = self.adapter.context, self.request
-        turn = self.adapter.script(request, context)
-        words = turn.text.split(" ") if turn.text else []
-        for start in range(0, len(words), WORDS_PER_DELTA):
-            if self._closed.wait(turn.delay) if turn.delay else self._closed.is_set():
+        if self._closed.is_set():
+            return
+        turn = self.adapter.script(self.request, self.adapter.context)
+        for event in self._play(turn):
+            if self._closed.is_set():
                 return
-            piece = " ".join(words[start : start + WORDS_PER_DELTA])
-            yield TextDelta(piece if start == 0 else " " + piece)
+            yield event
+
+    def _play(self, turn: Turn) -> Iterator[LLMEvent]:
+        deltas: list[TextDelta | ReasoningDelta] = [
+            *map(ReasoningDelta, word_pieces(turn.reasoning)),
+            *map(TextDelta, word_pieces(turn.text)),
+        ]
+        texts = 0
+        for delta in deltas:
+            if isinstance(delta, TextDelta):
+                if turn.error is not None and texts == turn.error_after:
+                    raise turn.error.with_traceback(None)
+                texts += 1
+            if turn.delay:
+                self._closed.wait(turn.delay)
+            yield delta
         if turn.error is not None:
-            raise turn.error
-        step = turn_step(request)
-        for index, call in enumerate(turn.tool_calls):
-            call_id = call.id or f"call_{context.run_id[:12]}_{step}_{index}"
-            yield ToolCall(id=call_id, name=call.name, arguments=dict(call.arguments))
-        prompt = sum(len(m.content.split()) for m in request.messages) + len(request.system.split())
-        completion = len(words) + sum(len(c.arguments) for c in turn.tool_calls)
-        yield Usage(
-            model=self.adapter.model,
+            raise turn.error.with_traceback(None)
+        calls = [self._tool_call(call, index) for index, call in enumerate(turn.tool_calls)]
+        yield from calls
+        yield turn.usage or self._usage(turn, calls)
+        yield Finish(turn.finish or ("tool_calls" if calls else "stop"))
+
+    def _tool_call(self, call: ScriptedToolCall, index: int) -> ToolCall:
+        if isinstance(call.arguments, str):
+            arguments, invalid = parse_tool_arguments(call.arguments)
+        else:
+            arguments, invalid = dict(call.arguments), False
+        step = turn_step(self.request)
+        call_id = call.id or f"call_{self.adapter.context.run_id[:12]}_{step}_{index}"
+        return ToolCall(call_id, call.name, arguments, invalid_arguments=invalid)
+
+    def _usage(self, turn: Turn, calls: list[ToolCall]) -> Usage:
+        request = self.request
+        prompt = _words(request.system) + sum(
+            _words(m.content) + _words(json.dumps(m.tool_calls)) * bool(m.tool_calls)
+            for m in request.messages
+        )
+        reasoning = _words(turn.reasoning)
+        completion = (
+            _words(turn.text) + reasoning + sum(_words(json.dumps(c.arguments)) for c in calls)
+        )
+        return Usage(
+            model=request.model or self.adapter.model,
             prompt_tokens=prompt,
             completion_tokens=completion,
+            reasoning_tokens=reasoning,
             total_tokens=prompt + completion,
         )
-        yield Finish("tool_calls" if turn.tool_calls else "stop")
+
+
+def _words(text: str) -> int:
+    return len(text.split())
