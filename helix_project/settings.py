@@ -225,6 +225,19 @@ HELIX = {
     "SSE_HEARTBEAT_SECONDS": env.float("SSE_HEARTBEAT_SECONDS", default=30),
     # Modules that register agents when imported.
     "AGENTS": env.list("HELIX_AGENTS", default=["agents_app.demo"]),
+    # The model adapter; an agent's own `llm` settings are merged over OPTIONS.
+    "LLM": {
+        "BACKEND": env.str("LLM_BACKEND", default="agents_app.llm.scripted.ScriptedAdapter"),
+        "OPTIONS": {
+            name: value
+            for name, value in (
+                ("base_url", env.str("LLM_BASE_URL", default=None)),
+                ("api_key", env.str("LLM_API_KEY", default=None)),
+                ("model", env.str("LLM_MODEL", default=None)),
+            )
+            if value is not None
+        },
+    },
     # A step holds its session's lease this long without renewal; it renews every third.
     "STEP_LEASE_SECONDS": env.float("STEP_LEASE_SECONDS", default=30),
     "INTERRUPT_POLL_SECONDS": env.float("INTERRUPT_POLL_SECONDS", default=0.5),
