@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from sessions_app.errors import HelixError
+from sessions_app import errors
 from sessions_app.stores.types import Message, MessageRole
 
 # An attachment's decoded size limit.
@@ -53,11 +53,8 @@ _USER_MESSAGES: TypeAdapter[list[UserInputMessage]] = TypeAdapter(
 )
 
 
-class InvalidInput(HelixError):
+class InvalidInput(errors.InvalidInput):
     """The run's input does not have the shape the reference gives it."""
-
-    code = "invalid-input"
-    http_status = 400
 
     def __init__(self, error: ValidationError) -> None:
         problems = [

@@ -221,6 +221,7 @@ HELIX = {
             "poll_interval": env.float("STREAM_POLL_INTERVAL", default=2.0 if REDIS_URL else 0.2),
         },
     },
+    "USAGE_STORE": {"BACKEND": "sessions_app.usage.orm.ORMUsageStore", "OPTIONS": {}},
     "STREAM_RETENTION_DAYS": env.float("STREAM_RETENTION_DAYS", default=7),
     "SSE_HEARTBEAT_SECONDS": env.float("SSE_HEARTBEAT_SECONDS", default=30),
     # Modules that register agents when imported.

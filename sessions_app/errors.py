@@ -136,3 +136,34 @@ class SubSessionRefNotFound(HelixError):
             session_id=session_id,
             sub_session_id=sub_session_id,
         )
+
+
+class InvalidInput(HelixError, ValueError):
+    """An argument a store was given is not valid; nothing was written.
+
+    It is a `ValueError` too, like the argument checks of the session store.
+    """
+
+    code = "invalid-input"
+    http_status = 400
+
+
+class InvalidUsageEntry(InvalidInput):
+    """A usage entry is malformed; `index` is its place in the batch that was refused."""
+
+    code = "invalid-usage-entry"
+
+    def __init__(self, message: str, *, field: str, index: int = 0) -> None:
+        super().__init__(message, field=field, index=index)
+        self.field = field
+        self.index = index
+
+
+class InvalidUsageQuery(InvalidInput):
+    """A usage read was given an argument it cannot use (an unknown kind, a bad page, ...)."""
+
+    code = "invalid-usage-query"
+
+    def __init__(self, message: str, *, argument: str) -> None:
+        super().__init__(message, argument=argument)
+        self.argument = argument

@@ -1,0 +1,287 @@
+"""`UsageStore` on the Django ORM, for SQLite and PostgreSQL.
+
+Recording takes no lock: it checks that the sessions exist and inserts, so a step commit that
+holds its session's row lock can record its usage in the same transaction. A rollup runs two
+queries whatever the number of entries: one that checks the session exists and sums its
+descendants' tokens (a recursive walk down `parent_session_id`), and one GROUP BY over the
+session's own entries that `rules.rollup` folds into the reference shape.
+"""
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from sessions_app import models
+from sessions_app.errors import SessionNotFound
+from sessions_app.stores.statements import column, fetch_one, table
+from sessions_app.usage import rules
+from sessions_app.usage.base import UsageStore
+from sessions_app.usage.types import (
+    CustomEntry,
+    PaginatedUsage,
+    SubAgentEntry,
+    TokenCounts,
+    TokensEntry,
+    ToolEntry,
+    UsageEntry,
+    UsageGroup,
+    UsageKind,
+    UsageRollup,
+)
+
+_TOKEN_COLUMNS = {
+    "prompt": "prompt_tokens",
+    "completion": "completion_tokens",
+    "reasoning": "reasoning_tokens",
+    "cached": "cached_tokens",
+    "total": "total_tokens",
+}
+
+
+class ORMUsageStore(UsageStore):
+    def record_entries(self, entries: Sequence[UsageEntry]) -> list[UsageEntry]:
+        prepared = rules.prepare_entries(entries, now=timezone.now())
+        if not prepared:
+            return []
+        session_ids = {entry.session_id for entry in prepared}
+        try:
+            with transaction.atomic():
+                found = set(
+                    models.AgentSession.objects.filter(pk__in=session_ids).values_list(
+                        "pk", flat=True
+                    )
+                )
+                if missing := sorted(session_ids - found):
+                    raise SessionNotFound(missing[0])
+                rows = models.UsageEntry.objects.bulk_create(_row(entry) for entry in prepared)
+        except IntegrityError:
+            # A session was deleted between the check and the insert.
+            gone = session_ids - set(
+                models.AgentSession.objects.filter(pk__in=session_ids).values_list("pk", flat=True)
+            )
+            if gone:
+                raise SessionNotFound(sorted(gone)[0]) from None
+            raise
+        return [_entry(row) for row in rows]
+
+    def get_entries(
+        self,
+        session_id: str,
+        *,
+        kinds: UsageKind | Iterable[UsageKind] | None = None,
+        run_id: str | None = None,
+    ) -> list[UsageEntry]:
+        wanted = rules.check_kinds(kinds)
+        if not models.AgentSession.objects.filter(pk=session_id).exists():
+            raise SessionNotFound(session_id)
+        rows = models.UsageEntry.objects.filter(session_id=session_id)
+        if wanted is not None:
+            rows = rows.filter(kind__in=wanted)
+        if run_id is not None:
+            rows = rows.filter(run_id=run_id)
+        return [_entry(row) for row in rows.order_by("id")]
+
+    def get_rollup(self, session_id: str, *, run_id: str | None = None) -> UsageRollup:
+        sql = _statements(connection.vendor)
+        if run_id is None:
+            statement, params = sql.descendant_tokens, [session_id] * 3
+        else:
+            statement = sql.run_descendant_tokens
+            params = [session_id, run_id, UsageKind.SUBAGENT.value, session_id, session_id]
+        exists, *token_sums = fetch_one(statement, params)
+        if not exists:
+            raise SessionNotFound(session_id)
+        sub_agent_tokens = TokenCounts(**dict(zip(_TOKEN_COLUMNS, token_sums, strict=True)))
+        rows = models.UsageEntry.objects.filter(session_id=session_id)
+        if run_id is not None:
+            rows = rows.filter(run_id=run_id)
+        grouped = (
+            rows.order_by()
+            .values("kind", "name", "model", "metric_type")
+            .annotate(
+                entries=Count("id"),
+                successful=Count("id", filter=Q(success=True)),
+                failed=Count("id", filter=Q(success=False)),
+                duration_sum=Coalesce(Sum("duration_ms"), 0),
+                value_sum=Sum("value"),
+                first_at=Min("created_at"),
+                last_at=Max("created_at"),
+                **{f"{name}_sum": Sum(name) for name in _TOKEN_COLUMNS.values()},
+            )
+        )
+        return rules.rollup(run_id, [_group(row) for row in grouped], sub_agent_tokens)
+
+    def query_usage(
+        self,
+        *,
+        session_ids: Iterable[str] | None = None,
+        agent_type: str | None = None,
+        kinds: UsageKind | Iterable[UsageKind] | None = None,
+        model: str | None = None,
+        owner_id: int | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> PaginatedUsage:
+        wanted_sessions = rules.check_session_ids(session_ids)
+        wanted_kinds = rules.check_kinds(kinds)
+        filters: dict[str, Any] = {
+            "session_id__in": wanted_sessions,
+            "session__agent_type": agent_type,
+            "kind__in": wanted_kinds,
+            "session__owner_id": owner_id,
+            "created_at__gte": rules.check_time(since, "since"),
+            "created_at__lt": rules.check_time(until, "until"),
+        }
+        rules.check_page(offset, limit)
+        if model is not None:
+            filters.update(kind=UsageKind.TOKENS, model=model)
+        rows = models.UsageEntry.objects.filter(
+            **{lookup: value for lookup, value in filters.items() if value is not None}
+        )
+        total = rows.count()
+        page = [_entry(row) for row in rows.order_by("created_at", "id")[offset : offset + limit]]
+        return PaginatedUsage(
+            entries=page,
+            total=total,
+            offset=offset,
+            limit=limit,
+            has_more=offset + len(page) < total,
+        )
+
+
+# Written-out SQL for what the ORM cannot say: a recursive walk down the session tree.
+
+
+@dataclass(frozen=True)
+class _Statements:
+    # Parameters: the session id, three times.
+    descendant_tokens: str
+    # Parameters: the session id, the run id, the `subagent` kind, the session id twice more.
+    run_descendant_tokens: str
+
+
+@functools.cache
+def _statements(vendor: str) -> _Statements:
+    """Return, for the `vendor` database, the statements that sum a session's descendants.
+
+    Each returns one row: whether the session exists (1 or 0), then the descendants' prompt,
+    completion, reasoning, cached and total tokens. The walk's step names a non-empty parent so
+    PostgreSQL can use the partial `session_parent` index; UNION (not UNION ALL) ends the walk
+    should the parent links form a cycle, and the session itself is never its own descendant.
+    """
+    session, entry = models.AgentSession, models.UsageEntry
+    s_id, s_parent = column(session, "id"), column(session, "parent_session_id")
+    u_session, u_kind = column(entry, "session"), column(entry, "kind")
+    sums = ", ".join(
+        f"COALESCE(SUM(u.{column(entry, name)}), 0)" for name in _TOKEN_COLUMNS.values()
+    )
+    walk = (
+        f"UNION SELECT s.{s_id} FROM {table(session)} s JOIN descendants d "
+        f"ON s.{s_parent} = d.{s_id} WHERE s.{s_parent} <> '')"
+    )
+    total = (
+        f" SELECT (SELECT COUNT(*) FROM {table(session)} WHERE {s_id} = %s), {sums} "
+        f"FROM {table(entry)} u WHERE u.{u_kind} = '{UsageKind.TOKENS.value}' "
+        f"AND u.{u_session} IN (SELECT {s_id} FROM descendants WHERE {s_id} <> %s)"
+    )
+    return _Statements(
+        descendant_tokens=(
+            f"WITH RECURSIVE descendants({s_id}) AS ("
+            f"SELECT s.{s_id} FROM {table(session)} s "
+            f"WHERE s.{s_parent} = %s AND s.{s_parent} <> '' {walk}{total}"
+        ),
+        run_descendant_tokens=(
+            f"WITH RECURSIVE descendants({s_id}) AS ("
+            f"SELECT s.{s_id} FROM {table(session)} s JOIN {table(entry)} u "
+            f"ON u.{column(entry, 'sub_session_id')} = s.{s_id} "
+            f"WHERE u.{u_session} = %s AND u.{column(entry, 'run_id')} = %s "
+            f"AND u.{u_kind} = %s AND s.{s_parent} = u.{u_session} {walk}{total}"
+        ),
+    )
+
+
+# Typed values to rows and back
+
+
+def _row(entry: UsageEntry) -> models.UsageEntry:
+    row = models.UsageEntry(
+        session_id=entry.session_id,
+        run_id=entry.run_id or "",
+        step_count=entry.step_count,
+        kind=entry.kind,
+        created_at=entry.created_at,
+    )
+    match entry:
+        case TokensEntry():
+            row.model = entry.model
+            for name, column_name in _TOKEN_COLUMNS.items():
+                setattr(row, column_name, getattr(entry.tokens, name))
+        case ToolEntry():
+            row.name = entry.name
+            row.success, row.duration_ms = entry.success, entry.duration_ms
+        case SubAgentEntry():
+            row.name, row.sub_session_id = entry.agent_type, entry.sub_session_id or ""
+            row.success, row.duration_ms = entry.success, entry.duration_ms
+        case CustomEntry():
+            row.metric_type, row.name, row.value = entry.metric_type, entry.name, entry.value
+    return row
+
+
+def _entry(row: models.UsageEntry) -> UsageEntry:
+    common: dict[str, Any] = {
+        "session_id": row.session_id,
+        "run_id": row.run_id or None,
+        "step_count": row.step_count,
+        "id": row.pk,
+        "created_at": row.created_at,
+    }
+    match UsageKind(row.kind):
+        case UsageKind.TOKENS:
+            tokens = {
+                name: getattr(row, column_name) for name, column_name in _TOKEN_COLUMNS.items()
+            }
+            return TokensEntry(**common, model=row.model, tokens=TokenCounts(**tokens))
+        case UsageKind.TOOL:
+            return ToolEntry(
+                **common, name=row.name, success=row.success, duration_ms=row.duration_ms
+            )
+        case UsageKind.SUBAGENT:
+            return SubAgentEntry(
+                **common,
+                agent_type=row.name,
+                success=row.success,
+                sub_session_id=row.sub_session_id or None,
+                duration_ms=row.duration_ms,
+            )
+        case UsageKind.CUSTOM:
+            return CustomEntry(
+                **common, metric_type=row.metric_type, name=row.name, value=row.value
+            )
+
+
+def _group(row: dict[str, Any]) -> UsageGroup:
+    return UsageGroup(
+        kind=UsageKind(row["kind"]),
+        name=row["name"],
+        model=row["model"],
+        metric_type=row["metric_type"],
+        count=row["entries"],
+        successful=row["successful"],
+        failed=row["failed"],
+        duration_ms=row["duration_sum"],
+        tokens=TokenCounts(
+            **{name: row[f"{column_name}_sum"] for name, column_name in _TOKEN_COLUMNS.items()}
+        ),
+        value=row["value_sum"],
+        first_at=row["first_at"],
+        last_at=row["last_at"],
+    )
