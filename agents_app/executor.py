@@ -57,6 +57,8 @@ from sessions_app.stores.types import (
     StagedToolChange,
     StepWrites,
 )
+from sessions_app.usage import get_usage_store
+from sessions_app.usage.types import CustomEntry, TokenCounts, TokensEntry, ToolEntry, UsageEntry
 from streams_app import chunks
 from streams_app.backends import get_stream_manager
 from streams_app.backends.base import StreamWriter
@@ -457,6 +459,7 @@ class _Attempt:
                 ),
                 expected_version=self.state.version,
             )
+            get_usage_store().record_entries(self._usage(reply, outcomes))
             self.store.release_lease(self.session_id, self.holder)
             if clear_interrupt:
                 self.store.clear_interrupt_flag(self.session_id)
@@ -466,6 +469,42 @@ class _Attempt:
                 )
             if then is not None:
                 then()
+
+    def _usage(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
+        """Return what the step used: tokens per model call, each tool call, custom metrics."""
+        common = {
+            "session_id": self.session_id,
+            "run_id": self.run_record.run_id,
+            "step_count": self.step,
+        }
+        entries: list[UsageEntry] = [
+            TokensEntry(
+                **common,
+                model=usage.model,
+                tokens=TokenCounts(
+                    prompt=usage.prompt_tokens,
+                    completion=usage.completion_tokens,
+                    reasoning=usage.reasoning_tokens,
+                    cached=usage.cached_tokens,
+                    total=usage.total_tokens,
+                ),
+            )
+            for usage in reply.usage
+        ]
+        for outcome in outcomes:
+            entries.append(
+                ToolEntry(
+                    **common,
+                    name=outcome.call.name,
+                    success=not outcome.is_error,
+                    duration_ms=outcome.duration_ms,
+                )
+            )
+            entries += [
+                CustomEntry(**common, metric_type=metric_type, name=name, value=value)
+                for metric_type, name, value in outcome.custom_metrics
+            ]
+        return entries
 
     def _stream_sequence(self) -> int:
         info = self.streams.get_stream_info(self.state.stream_id)

@@ -25,6 +25,7 @@ class Note(BaseModel):
 def take_note(note: Note, ctx) -> dict:
     ctx.state.append("notes", note.text)
     ctx.emit({"noted": note.text}, name="note")
+    ctx.record_usage("notes", "characters", len(note.text))
     return {"noted": note.text}
 
 

@@ -12,6 +12,7 @@ import pytest
 from agents_app import services
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionStatus
+from sessions_app.usage import get_usage_store
 from streams_app.backends import get_stream_manager
 from tests.agents_app.test_runtime import finished, text_of, wait_for
 from tests.agents_app.worker import Worker
@@ -81,6 +82,8 @@ def test_runs_killed_mid_step_complete_as_a_clean_run_does(crashable_worker, own
             assert state.status == SessionStatus.COMPLETED
             assert state.custom_state == {"notes": ["a", "b", "c"]}
             assert transcript(run.session_id) == expected
+            tokens = get_usage_store().get_entries(run.session_id, kinds=["tokens"])
+            assert [entry.step_count for entry in tokens] == [1, 2, 3]  # Recorded once each.
 
 
 def test_a_worker_paused_past_its_lease_cannot_write_or_commit(tmp_path, owner):

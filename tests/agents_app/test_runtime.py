@@ -9,6 +9,7 @@ from agents_app import services
 from agents_app.errors import RunNotActive
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
+from sessions_app.usage import get_usage_store
 from streams_app.backends import get_stream_manager
 from tests.agents_app.agents import LONG_TEXT
 from tests.agents_app.worker import Worker
@@ -102,6 +103,22 @@ def test_parallel_tool_writes_all_land_and_every_step_commits(worker, owner):
     assert steps == [3, 2, 1, 0]  # Newest first; 0 is the run's start.
     custom = [c.chunk for c in get_stream_manager().get_all_chunks(started.stream_id)]
     assert [c["data"] for c in custom if c["type"] == "custom"][-1] == {"noted": "third"}
+
+
+def test_usage_is_recorded_with_each_step(worker, owner):
+    started = services.agent_start(user=owner, agent_type="notetaker", message="Take notes.")
+    finished(started.session_id)
+
+    rollup = get_usage_store().get_rollup(started.session_id)
+
+    assert set(rollup.tokens_by_model) == {"scripted"}
+    assert rollup.tokens.total == rollup.tokens.prompt + rollup.tokens.completion > 0
+    assert (rollup.tool_stats.total_calls, rollup.tool_stats.successful_calls) == (3, 3)
+    assert rollup.custom == {"notes": {"characters": len("first" + "second" + "third")}}
+    steps = [
+        e.step_count for e in get_usage_store().get_entries(started.session_id, kinds=["tokens"])
+    ]
+    assert steps == [1, 2, 3]
 
 
 def test_a_session_remembers_earlier_turns(worker, owner):
