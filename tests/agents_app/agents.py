@@ -10,10 +10,13 @@ import collections
 from pydantic import BaseModel
 
 from agents_app.definitions import Agent, Tool
+from agents_app.hooks import AgentHooks, CompleteContext
 from agents_app.llm.base import LLMError
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
 from agents_app.registry import get_registry
 from sessions_app.stores import get_session_store
+from sessions_app.usage import get_usage_store
+from sessions_app.usage.types import CustomEntry
 
 LONG_TEXT = " ".join(f"word{n}" for n in range(300))
 
@@ -45,6 +48,19 @@ def flaky_script(request, context) -> Turn:
     if _calls_per_run[context.run_id] <= 2:
         return Turn(text="partial", error=LLMError("overloaded", retryable=True))
     return Turn(text="Recovered.")
+
+
+def count_completion(context: CompleteContext) -> None:
+    """Record each run's end as a custom usage metric the test process can read."""
+    get_usage_store().record_entry(
+        CustomEntry(
+            session_id=context.session_id,
+            run_id=context.run_id,
+            metric_type="on_complete",
+            name=context.status,
+            value=1,
+        )
+    )
 
 
 def second_chance_script(request, context) -> Turn:
@@ -108,6 +124,10 @@ SCRIPTED_AGENTS = [
         ),
     ),
     (Agent(name="flaky"), flaky_script),
+    (
+        Agent(name="reporter", hooks=AgentHooks(on_complete=count_completion)),
+        sequence_script(Turn(text="Reported.")),
+    ),
     (Agent(name="second-chance"), second_chance_script),
 ]
 

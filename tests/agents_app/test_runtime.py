@@ -243,3 +243,15 @@ def test_an_aborted_run_fails_for_good(worker, owner):
     for control in (services.agent_retry, services.agent_resume):
         with pytest.raises(RunNotActive):
             control(user=owner, session_id=started.session_id)
+
+
+def test_the_on_complete_hook_runs_when_a_run_ends(worker, owner):
+    started = services.agent_start(user=owner, agent_type="reporter", message="Go.")
+
+    assert finished(started.session_id).status == SessionStatus.COMPLETED
+
+    custom = wait_for(
+        lambda: get_usage_store().get_rollup(started.session_id).custom,
+        what="the hook to record the run's end",
+    )
+    assert custom == {"on_complete": {"completed": 1}}
