@@ -19,6 +19,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,7 +56,6 @@ from sessions_app.stores.types import (
     RunStatus,
     SessionState,
     SessionStatus,
-    StagedToolChange,
     StepWrites,
 )
 from sessions_app.usage import get_usage_store
@@ -65,6 +66,10 @@ from streams_app.backends.base import StreamWriter
 from streams_app.errors import WriterSuperseded
 
 logger = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """The attempt's lease ran out and another worker took the step."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,7 @@ def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
     attempt = _Attempt(store, replace(state, version=version), run, step, holder)
     try:
         return attempt.run()
-    except (WriterSuperseded, VersionConflict) as error:
+    except (LeaseLost, WriterSuperseded, VersionConflict) as error:
         logger.warning(
             "Step %s of run %s was taken over by another worker and did not commit: %s",
             step,
@@ -159,6 +164,12 @@ class _Attempt:
         self.holder = holder
         self.step_id = f"{run.run_id}:{step}"
         self.llm_stream = None
+        self.agent = get_registry().resolve(
+            state.agent_type,
+            AgentFactoryContext(
+                session_id=state.session_id, run_id=run.run_id, user_id=state.user_id
+            ),
+        )
 
     @property
     def session_id(self) -> str:
@@ -172,14 +183,6 @@ class _Attempt:
         flag = self.store.check_interrupt_flag(self.session_id)
         if flag is not None:
             return self._interrupt(writer, flag.reason, reply=None, outcomes=[])
-        agent = get_registry().resolve(
-            self.state.agent_type,
-            AgentFactoryContext(
-                session_id=self.session_id,
-                run_id=self.run_record.run_id,
-                user_id=self.state.user_id,
-            ),
-        )
         with StepWatch(
             session_id=self.session_id,
             holder=self.holder,
@@ -188,20 +191,16 @@ class _Attempt:
             on_stop=self._stop_model,
         ) as watch:
             try:
-                reply = self._call_model(agent, writer, watch)
+                reply = self._call_model(writer, watch)
             except LLMError as error:
                 return self._fail_model(writer, error)
-            outcomes = [] if watch.stopped else self._run_tools(agent, reply, writer)
+            outcomes = [] if watch.stopped else self._run_tools(reply, writer)
         if watch.lease_lost:
-            raise VersionConflict(
-                self.session_id,
-                expected_version=self.state.version,
-                current_version=self.state.version + 1,
-            )
+            raise LeaseLost(f"Lease of session {self.session_id!r} lost to another worker.")
         if watch.interrupted:
             flag = self.store.check_interrupt_flag(self.session_id)
             return self._interrupt(writer, flag and flag.reason, reply, outcomes)
-        return self._finish_step(agent, writer, reply, outcomes)
+        return self._finish_step(writer, reply, outcomes)
 
     # Recovery
 
@@ -216,17 +215,17 @@ class _Attempt:
 
     # The model
 
-    def _call_model(self, agent: Agent, writer: StreamWriter, watch: StepWatch) -> _Reply:
+    def _call_model(self, writer: StreamWriter, watch: StepWatch) -> _Reply:
         """Stream the model's reply to the stream, retrying retryable errors with backoff."""
         request = LLMRequest(
-            system=agent.render_system_prompt(self.state.custom_state or {}),
+            system=self.agent.render_system_prompt(self.state.custom_state or {}),
             messages=self._history(),
             tools=[
                 ToolSpec(tool.name, tool.description, tool.json_schema())
-                for tool in agent.all_tools()
+                for tool in self.agent.all_tools()
             ],
-            model=agent.llm.get("model"),
-            temperature=agent.llm.get("temperature"),
+            model=self.agent.llm.get("model"),
+            temperature=self.agent.llm.get("temperature"),
         )
         adapter = build_adapter(
             AdapterContext(
@@ -234,7 +233,7 @@ class _Attempt:
                 agent_type=self.state.agent_type,
                 run_id=self.run_record.run_id,
             ),
-            agent.llm,
+            self.agent.llm,
         )
         retries, retried = conf.llm_max_retries(), 0
         while True:
@@ -288,7 +287,7 @@ class _Attempt:
 
     # Tools
 
-    def _run_tools(self, agent: Agent, reply: _Reply, writer: StreamWriter) -> list[ToolOutcome]:
+    def _run_tools(self, reply: _Reply, writer: StreamWriter) -> list[ToolOutcome]:
         calls = [call for call in reply.tool_calls if call.name != OUTPUT_TOOL_NAME]
         scope = StepScope(
             session_id=self.session_id,
@@ -297,12 +296,8 @@ class _Attempt:
             step=self.step,
             writer=writer,
         )
-        outcomes = run_tool_calls(agent, calls, scope, self.state.custom_state)
-        changes = [
-            StagedToolChange(tool_call_id=o.call.id, merge_ops=o.draft.ops())
-            for o in outcomes
-            if o.draft.ops()
-        ]
+        outcomes = run_tool_calls(self.agent, calls, scope, self.state.custom_state)
+        changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         if changes:
             self.store.stage_changes(self.session_id, self.step_id, changes)
         return outcomes
@@ -310,8 +305,9 @@ class _Attempt:
     # Ending the step
 
     def _finish_step(
-        self, agent: Agent, writer: StreamWriter, reply: _Reply, outcomes: list[ToolOutcome]
+        self, writer: StreamWriter, reply: _Reply, outcomes: list[ToolOutcome]
     ) -> StepOutcome:
+        agent = self.agent
         output_call = next((c for c in reply.tool_calls if c.name == OUTPUT_TOOL_NAME), None)
         messages = self._step_messages(reply, outcomes)
         if output_call is not None and agent.output_schema is not None:
@@ -329,44 +325,20 @@ class _Attempt:
         return StepOutcome(next_step=self.step + 1)
 
     def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
-        def finish_stream() -> None:
-            writer.write(self._chunk(chunks.RunCompleted, output=output))
-            self.streams.end_stream(self.state.stream_id, output)
-
-        self._commit(
-            messages,
-            outcomes,
-            reply,
-            SessionStatus.COMPLETED,
-            output=output,
-            run_status=RunStatus.COMPLETED,
-            then=finish_stream,
-        )
-        self._on_complete(agent_status="completed", result=output)
+        with self._ending(writer, RunStatus.COMPLETED, output=output):
+            self._commit(messages, outcomes, reply, SessionStatus.COMPLETED, output=output)
         return StepOutcome()
 
     def _fail(self, writer, messages, outcomes, reply, error: str) -> StepOutcome:
-        def fail_stream() -> None:
-            writer.write(self._chunk(chunks.RunFailed, error=error))
-            self.streams.fail_stream(self.state.stream_id, error)
-
-        self._commit(
-            messages,
-            outcomes,
-            reply,
-            SessionStatus.FAILED,
-            error=error,
-            run_status=RunStatus.FAILED,
-            then=fail_stream,
-        )
-        self._on_complete(agent_status="failed", error=error)
+        with self._ending(writer, RunStatus.FAILED, error=error):
+            self._commit(messages, outcomes, reply, SessionStatus.FAILED, error=error)
         return StepOutcome()
 
     def _fail_model(self, writer: StreamWriter, error: LLMError) -> StepOutcome:
         """Fail the run after the model failed for good; the step commits nothing."""
         message = f"The model failed: {error}"
         self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
-        with transaction.atomic():
+        with self._ending(writer, RunStatus.FAILED, error=message):
             result = self.store.compare_and_set_status(
                 self.session_id,
                 [SessionStatus.ACTIVE],
@@ -382,31 +354,47 @@ class _Attempt:
                     current_version=result.current_version,
                 )
             self.store.release_lease(self.session_id, self.holder)
-            self.store.update_run_status(self.run_record.run_id, RunStatus.FAILED, error=message)
-            writer.write(self._chunk(chunks.RunFailed, error=message))
-            self.streams.fail_stream(self.state.stream_id, message)
-        self._on_complete(agent_status="failed", error=message)
         return StepOutcome()
 
     def _interrupt(self, writer, reason: str | None, reply: _Reply | None, outcomes) -> StepOutcome:
         reply = reply or _Reply(text="", tool_calls=[], usage=[])
         messages = self._step_messages(reply, outcomes) if (reply.text or outcomes) else []
-
-        def end_stream() -> None:
-            writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
-            self.streams.end_stream(self.state.stream_id, None)
-
-        self._commit(
-            messages,
-            outcomes,
-            reply,
-            SessionStatus.INTERRUPTED,
-            run_status=RunStatus.INTERRUPTED,
-            then=end_stream,
-            clear_interrupt=True,
-        )
-        self._on_complete(agent_status="interrupted")
+        with self._ending(writer, RunStatus.INTERRUPTED, reason=reason):
+            self._commit(messages, outcomes, reply, SessionStatus.INTERRUPTED)
+            self.store.clear_interrupt_flag(self.session_id)
         return StepOutcome()
+
+    @contextmanager
+    def _ending(
+        self,
+        writer: StreamWriter,
+        status: RunStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        reason: str | None = None,
+    ) -> Iterator[None]:
+        """End the run with what the block writes, in one transaction; then run `on_complete`.
+
+        The run takes `status` and the stream its last chunk, then ends (or fails with
+        `error`).
+        """
+        with transaction.atomic():
+            yield
+            self.store.update_run_status(
+                self.run_record.run_id, status, step_count=self.step, error=error
+            )
+            match status:
+                case RunStatus.COMPLETED:
+                    writer.write(self._chunk(chunks.RunCompleted, output=output))
+                    self.streams.end_stream(self.state.stream_id, output)
+                case RunStatus.INTERRUPTED:
+                    writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
+                    self.streams.end_stream(self.state.stream_id, None)
+                case RunStatus.FAILED:
+                    writer.write(self._chunk(chunks.RunFailed, error=error))
+                    self.streams.fail_stream(self.state.stream_id, error)
+        self._on_complete(status, result=output, error=error)
 
     def _step_messages(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[Message]:
         assistant = Message(
@@ -427,11 +415,8 @@ class _Attempt:
         *,
         output: Any = None,
         error: str | None = None,
-        run_status: RunStatus | None = None,
-        then=None,
-        clear_interrupt: bool = False,
     ) -> None:
-        """Commit the step, and what ends the run with it, in one transaction."""
+        """Commit the step: messages, state, staging, checkpoint and usage, and free the lease."""
         custom_state, warnings = apply_merge_ops(
             self.state.custom_state,
             StepWrites(ops=[op for o in outcomes for op in o.draft.ops()]),
@@ -461,14 +446,6 @@ class _Attempt:
             )
             get_usage_store().record_entries(self._usage(reply, outcomes))
             self.store.release_lease(self.session_id, self.holder)
-            if clear_interrupt:
-                self.store.clear_interrupt_flag(self.session_id)
-            if run_status is not None:
-                self.store.update_run_status(
-                    self.run_record.run_id, run_status, step_count=self.step, error=error
-                )
-            if then is not None:
-                then()
 
     def _usage(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""
@@ -510,18 +487,14 @@ class _Attempt:
         info = self.streams.get_stream_info(self.state.stream_id)
         return info.latest_sequence if info is not None else 0
 
-    def _on_complete(self, *, agent_status: str, result: Any = None, error: str | None = None):
-        agent = get_registry().resolve(
-            self.state.agent_type,
-            AgentFactoryContext(session_id=self.session_id, run_id=self.run_record.run_id),
-        )
-        if agent.hooks is not None and agent.hooks.on_complete is not None:
+    def _on_complete(self, status: RunStatus, *, result: Any = None, error: str | None = None):
+        if self.agent.hooks is not None:
             call_hook(
-                agent.hooks.on_complete,
+                self.agent.hooks.on_complete,
                 CompleteContext(
                     session_id=self.session_id,
                     run_id=self.run_record.run_id,
-                    status=agent_status,
+                    status=status.value,
                     result=result,
                     error=error,
                 ),

@@ -5,6 +5,7 @@ ops of a staged change of its own, so parallel calls merge without losing each o
 A tool that raises becomes a tool result marked as an error, and the step goes on.
 """
 
+import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -14,12 +15,13 @@ from typing import Any
 from django.db import connections
 from pydantic import BaseModel
 
-from agents_app.definitions import Agent, ToolInputInvalid
+from agents_app.definitions import Agent, Tool, ToolInputInvalid
 from agents_app.llm.base import ToolCall
 from agents_app.state import StateDraft
 from streams_app.backends.base import StreamWriter
 from streams_app.chunks import Custom, ToolCallStart, ToolResult
 
+logger = logging.getLogger(__name__)
 # Parallel calls per step; more wait for a free thread.
 MAX_PARALLEL_TOOL_CALLS = 8
 
@@ -108,7 +110,9 @@ def run_tool_calls(
         return [future.result() for future in futures]
 
 
-def _run_one(tool, call: ToolCall, scope: StepScope, custom_state) -> ToolOutcome:
+def _run_one(
+    tool: Tool | None, call: ToolCall, scope: StepScope, custom_state: dict[str, Any] | None
+) -> ToolOutcome:
     """Run one call, announcing it and its result on the stream."""
     try:
         context = ToolCallContext(
@@ -140,17 +144,18 @@ def _run_one(tool, call: ToolCall, scope: StepScope, custom_state) -> ToolOutcom
         connections.close_all()  # This pool thread's own connection.
 
 
-def _execute(tool, call: ToolCall, context: ToolCallContext) -> tuple[Any, bool]:
+def _execute(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> tuple[Any, bool]:
     """Return the tool's JSON-able result and whether it is an error."""
     if tool is None:
         return {"error": f"Unknown tool {call.name!r}."}, True
-    if getattr(call, "invalid_arguments", False):
+    if call.invalid_arguments:
         return {"error": "The tool arguments were not valid JSON."}, True
     try:
         return tool.run(call.arguments, context), False
     except ToolInputInvalid as error:
         return {"error": str(error)}, True
     except Exception as error:  # A tool's failure is the model's to handle, not the step's.
+        logger.warning("Tool %s failed in step %s", call.name, context.step, exc_info=True)
         return {"error": f"{type(error).__name__}: {error}"}, True
 
 

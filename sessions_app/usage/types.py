@@ -7,9 +7,11 @@ out). A rollup sums a session's entries in the reference's `UsageRollup` shape; 
 returns that shape with camelCase keys and times in milliseconds since the epoch.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
+
+from pydantic.alias_generators import to_camel
 
 from sessions_app import models
 
@@ -23,8 +25,22 @@ def _epoch_ms(moment: datetime) -> int:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
+class _Counts:
+    """Counts that add field by field and go on the wire under camelCase names."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Self) -> Self:
+        return type(self)(
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
+        )
+
+    def to_wire(self) -> dict[str, int]:
+        return {to_camel(f.name): getattr(self, f.name) for f in fields(self)}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TokenCounts:
+class TokenCounts(_Counts):
     """Token counts (reference `TokenCounts`).
 
     An entry recorded with a `total` of 0 is stored with prompt + completion as its total.
@@ -35,24 +51,6 @@ class TokenCounts:
     reasoning: int = 0
     cached: int = 0
     total: int = 0
-
-    def __add__(self, other: "TokenCounts") -> "TokenCounts":
-        return TokenCounts(
-            prompt=self.prompt + other.prompt,
-            completion=self.completion + other.completion,
-            reasoning=self.reasoning + other.reasoning,
-            cached=self.cached + other.cached,
-            total=self.total + other.total,
-        )
-
-    def to_wire(self) -> dict[str, int]:
-        return {
-            "prompt": self.prompt,
-            "completion": self.completion,
-            "reasoning": self.reasoning,
-            "cached": self.cached,
-            "total": self.total,
-        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -160,29 +158,13 @@ class PaginatedUsage:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class CallStats:
+class CallStats(_Counts):
     """Counts of one tool's (or one sub-agent type's) calls."""
 
     calls: int = 0
     successful_calls: int = 0
     failed_calls: int = 0
     total_duration_ms: int = 0
-
-    def __add__(self, other: "CallStats") -> "CallStats":
-        return CallStats(
-            calls=self.calls + other.calls,
-            successful_calls=self.successful_calls + other.successful_calls,
-            failed_calls=self.failed_calls + other.failed_calls,
-            total_duration_ms=self.total_duration_ms + other.total_duration_ms,
-        )
-
-    def to_wire(self) -> dict[str, int]:
-        return {
-            "calls": self.calls,
-            "successfulCalls": self.successful_calls,
-            "failedCalls": self.failed_calls,
-            "totalDurationMs": self.total_duration_ms,
-        }
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

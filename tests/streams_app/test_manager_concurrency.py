@@ -65,6 +65,7 @@ def test_writes_racing_the_end_of_a_stream_land_before_it_or_are_refused(manager
     # Every accepted write is stored, nothing else is, and sequences are gap-free.
     assert [item.sequence for item in stored] == accepted == list(range(1, len(accepted) + 1))
     assert manager.get_stream_info("st").status == "ended"
+    assert any("refused" in outcomes for outcomes in results[1:])  # The end did stop writes.
     for outcomes in results[1:]:
         # Once a writer is refused, the stream stays ended for it.
         refused_from = outcomes.index("refused") if "refused" in outcomes else len(outcomes)
