@@ -21,3 +21,13 @@ def llm_max_retries() -> int:
 def llm_retry_backoff_seconds() -> float:
     """Return the first retry's delay; each further retry doubles it."""
     return float(helix_setting("LLM_RETRY_BACKOFF_SECONDS", 1.0))
+
+
+def step_error_retries() -> int:
+    """Return how many times a step that raised is retried before its run fails."""
+    return int(helix_setting("STEP_ERROR_RETRIES", 3))
+
+
+def step_error_backoff_seconds(errors: int) -> float:
+    """Return the delay before retrying a step that raised `errors` times already."""
+    return float(helix_setting("STEP_ERROR_BACKOFF_SECONDS", 1.0)) * 2**errors

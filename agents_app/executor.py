@@ -43,7 +43,7 @@ from agents_app.llm.base import (
 from agents_app.registry import AgentFactoryContext, get_registry
 from agents_app.tool_calls import StepScope, ToolOutcome, run_tool_calls
 from agents_app.watcher import StepWatch
-from sessions_app.errors import VersionConflict
+from sessions_app.errors import SessionNotFound, VersionConflict
 from sessions_app.stores import get_session_store
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.rules import apply_merge_ops
@@ -83,22 +83,22 @@ class StepOutcome:
 def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
     """Run step `step` of the run, or do what a redelivery of it requires."""
     store = get_session_store()
-    state, run = _current(store, session_id, run_id)
-    if state is None:
-        return StepOutcome()
-    if state.step_count >= step:
-        return _after_commit(store, state, step)
     holder = uuid.uuid4().hex
-    version = store.acquire_lease(session_id, holder, conf.step_lease_seconds())
-    if version is None:  # Another attempt runs it; if that worker died, its lease runs out.
+    try:
+        lease = store.acquire_lease(session_id, holder, conf.step_lease_seconds())
+    except SessionNotFound:
+        return StepOutcome()
+    if lease is None:  # Another attempt runs it; if that worker died, its lease runs out.
         return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
     state, run = _current(store, session_id, run_id)
-    if state is None or state.step_count >= step:  # It ended or committed while we waited.
-        store.release_lease(session_id, holder)
+    if state is None or state.step_count >= step:  # Ended, or a redelivery of a committed step.
+        store.release_lease(session_id, holder, clean=not lease.taken_over)
+        if state is not None and state.step_count == step:  # Its attempt died before enqueuing.
+            return StepOutcome(next_step=step + 1)
         return StepOutcome()
-    attempt = _Attempt(store, replace(state, version=version), run, step, holder)
+    attempt = _Attempt(store, replace(state, version=lease.version), run, step, holder)
     try:
-        return attempt.run()
+        return attempt.run(recover=lease.taken_over)
     except (LeaseLost, WriterSuperseded, VersionConflict) as error:
         logger.warning(
             "Step %s of run %s was taken over by another worker and did not commit: %s",
@@ -108,8 +108,27 @@ def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
         )
         return StepOutcome()
     except BaseException:
-        store.release_lease(session_id, holder)
+        store.release_lease(session_id, holder, clean=False)  # Its leftovers need undoing.
         raise
+
+
+def fail_run(session_id: str, run_id: str, step: int, message: str) -> bool:
+    """Fail the run at `step` after it kept failing; return whether it was failed now.
+
+    It waits for no one: if another attempt holds the lease, that attempt decides.
+    """
+    store = get_session_store()
+    holder = uuid.uuid4().hex
+    lease = store.acquire_lease(session_id, holder, conf.step_lease_seconds())
+    if lease is None:
+        return False
+    state, run = _current(store, session_id, run_id)
+    if state is None or state.step_count >= step:
+        store.release_lease(session_id, holder, clean=not lease.taken_over)
+        return False
+    attempt = _Attempt(store, replace(state, version=lease.version), run, step, holder)
+    attempt.fail(attempt.open_writer(), message, failure_reason="step_error")
+    return True
 
 
 def _current(
@@ -123,17 +142,6 @@ def _current(
     if state.status != SessionStatus.ACTIVE:
         return None, None
     return state, run
-
-
-def _after_commit(store: SessionStateStore, state: SessionState, step: int) -> StepOutcome:
-    """Enqueue the step after a committed one if its attempt died before doing so."""
-    if state.step_count != step:
-        return StepOutcome()
-    probe = uuid.uuid4().hex
-    if store.acquire_lease(state.session_id, probe, conf.step_lease_seconds()) is None:
-        return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
-    store.release_lease(state.session_id, probe)
-    return StepOutcome(next_step=step + 1)
 
 
 @dataclass(frozen=True)
@@ -175,11 +183,11 @@ class _Attempt:
     def session_id(self) -> str:
         return self.state.session_id
 
-    def run(self) -> StepOutcome:
-        self._recover()
-        writer = self.streams.create_writer(
-            self.state.stream_id, self.run_record.run_id, self.state.agent_type, exclusive=True
-        )
+    def run(self, *, recover: bool) -> StepOutcome:
+        """Run the step; first undo what an attempt that died at it left, if `recover`."""
+        if recover:
+            self._recover()
+        writer = self.open_writer()
         flag = self.store.check_interrupt_flag(self.session_id)
         if flag is not None:
             return self._interrupt(writer, flag.reason, reply=None, outcomes=[])
@@ -193,7 +201,7 @@ class _Attempt:
             try:
                 reply = self._call_model(writer, watch)
             except LLMError as error:
-                return self._fail_model(writer, error)
+                return self.fail(writer, f"The model failed: {error}", failure_reason="llm_error")
             outcomes = [] if watch.stopped else self._run_tools(reply, writer)
         if watch.lease_lost:
             raise LeaseLost(f"Lease of session {self.session_id!r} lost to another worker.")
@@ -201,6 +209,12 @@ class _Attempt:
             flag = self.store.check_interrupt_flag(self.session_id)
             return self._interrupt(writer, flag and flag.reason, reply, outcomes)
         return self._finish_step(writer, reply, outcomes)
+
+    def open_writer(self) -> StreamWriter:
+        """Open the step's exclusive writer, which fences off any earlier attempt's."""
+        return self.streams.create_writer(
+            self.state.stream_id, self.run_record.run_id, self.state.agent_type, exclusive=True
+        )
 
     # Recovery
 
@@ -296,11 +310,7 @@ class _Attempt:
             step=self.step,
             writer=writer,
         )
-        outcomes = run_tool_calls(self.agent, calls, scope, self.state.custom_state)
-        changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
-        if changes:
-            self.store.stage_changes(self.session_id, self.step_id, changes)
-        return outcomes
+        return run_tool_calls(self.agent, calls, scope, self.state.custom_state)
 
     # Ending the step
 
@@ -334,9 +344,8 @@ class _Attempt:
             self._commit(messages, outcomes, reply, SessionStatus.FAILED, error=error)
         return StepOutcome()
 
-    def _fail_model(self, writer: StreamWriter, error: LLMError) -> StepOutcome:
-        """Fail the run after the model failed for good; the step commits nothing."""
-        message = f"The model failed: {error}"
+    def fail(self, writer: StreamWriter, message: str, *, failure_reason: str) -> StepOutcome:
+        """Fail the run with `message`; the step commits nothing, and its chunks go."""
         self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
         with self._ending(writer, RunStatus.FAILED, error=message):
             result = self.store.compare_and_set_status(
@@ -344,7 +353,7 @@ class _Attempt:
                 [SessionStatus.ACTIVE],
                 SessionStatus.FAILED,
                 error=message,
-                failure_reason="llm_error",
+                failure_reason=failure_reason,
                 expected_version=self.state.version,
             )
             if isinstance(result, CasRejected):
@@ -431,7 +440,10 @@ class _Attempt:
             output=output if status == SessionStatus.COMPLETED else self.state.output,
             error=error,
         )
+        changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         with transaction.atomic():
+            if changes:
+                self.store.stage_changes(self.session_id, self.step_id, changes)
             self.store.save_state_and_promote_staging(
                 self.session_id,
                 state,

@@ -1,14 +1,31 @@
 """Celery tasks: thin wrappers that call the executor with ids (STYLE 6)."""
 
+import logging
+
 from celery import shared_task
 
-from agents_app import executor
+from agents_app import conf, executor
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None)
-def run_step_task(self, session_id: str, run_id: str, step: int) -> None:
-    """Run one agent step; enqueue the next one or retry as the executor says."""
-    outcome = executor.run_step(session_id, run_id, step)
+def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0) -> None:
+    """Run one agent step; enqueue the next one or retry as the executor says.
+
+    A step that raises is tried again with backoff (`errors` counts its failures); after
+    `HELIX["STEP_ERROR_RETRIES"]` retries its run fails, rather than stay running forever.
+    """
+    try:
+        outcome = executor.run_step(session_id, run_id, step)
+    except Exception as error:
+        if errors < conf.step_error_retries():
+            logger.warning("Step %s of run %s failed; retrying", step, run_id, exc_info=True)
+            raise self.retry(
+                kwargs={"errors": errors + 1}, countdown=conf.step_error_backoff_seconds(errors)
+            ) from error
+        executor.fail_run(session_id, run_id, step, f"Step {step} kept failing: {error!r}")
+        raise
     if outcome.next_step is not None:
         run_step_task.delay(session_id, run_id, outcome.next_step)
     if outcome.retry_after is not None:

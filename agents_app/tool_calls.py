@@ -97,51 +97,58 @@ def run_tool_calls(
     scope: StepScope,
     custom_state: dict[str, Any] | None,
 ) -> list[ToolOutcome]:
-    """Run the calls in parallel threads; return their outcomes in call order."""
-    if not calls:
-        return []
+    """Run the calls in parallel threads; return their outcomes in call order.
+
+    A lone call runs in the step's own thread: there is nothing to run beside it.
+    """
     tools = {tool.name: tool for tool in agent.all_tools()}
+    if len(calls) < 2:
+        return [_run_one(tools.get(call.name), call, scope, custom_state) for call in calls]
     with ThreadPoolExecutor(
         max_workers=min(MAX_PARALLEL_TOOL_CALLS, len(calls)), thread_name_prefix="helix-tool"
     ) as pool:
         futures = [
-            pool.submit(_run_one, tools.get(call.name), call, scope, custom_state) for call in calls
+            pool.submit(_run_in_thread, tools.get(call.name), call, scope, custom_state)
+            for call in calls
         ]
         return [future.result() for future in futures]
+
+
+def _run_in_thread(*args: Any) -> ToolOutcome:
+    """Run one call in a pool thread, which closes its own connection after it."""
+    try:
+        return _run_one(*args)
+    finally:
+        connections.close_all()
 
 
 def _run_one(
     tool: Tool | None, call: ToolCall, scope: StepScope, custom_state: dict[str, Any] | None
 ) -> ToolOutcome:
     """Run one call, announcing it and its result on the stream."""
-    try:
-        context = ToolCallContext(
-            scope=scope, tool_call_id=call.id, state=StateDraft(custom_state or {})
-        )
-        _write(
-            scope, ToolCallStart, tool_call_id=call.id, tool_name=call.name, input=call.arguments
-        )
-        started = time.monotonic()
-        result, is_error = _execute(tool, call, context)
-        duration_ms = round((time.monotonic() - started) * 1000)
-        _write(
-            scope,
-            ToolResult,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            result=result,
-            is_error=is_error,
-        )
-        return ToolOutcome(
-            call=call,
-            result=result,
-            is_error=is_error,
-            draft=context.state,
-            duration_ms=duration_ms,
-            custom_metrics=context.custom_metrics,
-        )
-    finally:
-        connections.close_all()  # This pool thread's own connection.
+    context = ToolCallContext(
+        scope=scope, tool_call_id=call.id, state=StateDraft(custom_state or {})
+    )
+    _write(scope, ToolCallStart, tool_call_id=call.id, tool_name=call.name, input=call.arguments)
+    started = time.monotonic()
+    result, is_error = _execute(tool, call, context)
+    duration_ms = round((time.monotonic() - started) * 1000)
+    _write(
+        scope,
+        ToolResult,
+        tool_call_id=call.id,
+        tool_name=call.name,
+        result=result,
+        is_error=is_error,
+    )
+    return ToolOutcome(
+        call=call,
+        result=result,
+        is_error=is_error,
+        draft=context.state,
+        duration_ms=duration_ms,
+        custom_metrics=context.custom_metrics,
+    )
 
 
 def _execute(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> tuple[Any, bool]:

@@ -200,6 +200,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery closes database connections around every task unless this is set. Workers that keep
+# theirs set it with CONN_MAX_AGE; `helix_project.celery` still drops broken ones per task.
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=0) or None
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
@@ -244,6 +247,9 @@ HELIX = {
     "INTERRUPT_POLL_SECONDS": env.float("INTERRUPT_POLL_SECONDS", default=0.5),
     "LLM_MAX_RETRIES": env.int("LLM_MAX_RETRIES", default=3),
     "LLM_RETRY_BACKOFF_SECONDS": env.float("LLM_RETRY_BACKOFF_SECONDS", default=1),
+    # A step that raises (a bug, the database away) is retried this often, then its run fails.
+    "STEP_ERROR_RETRIES": env.int("STEP_ERROR_RETRIES", default=3),
+    "STEP_ERROR_BACKOFF_SECONDS": env.float("STEP_ERROR_BACKOFF_SECONDS", default=1),
 }
 
 LOGGING = {

@@ -29,6 +29,7 @@ from sessions_app.stores.types import (
     CheckpointMeta,
     CommitResult,
     InterruptFlagInfo,
+    Lease,
     MergeResult,
     Message,
     PaginatedMessages,
@@ -184,10 +185,10 @@ class SessionStateStore(abc.ABC):
     # Step leases
 
     @abc.abstractmethod
-    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> int | None:
+    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease | None:
         """Give `holder` the session's step lease for `ttl` seconds and bump `version`.
 
-        Return the new version, or `None` while another holder's lease is unexpired. Taking the
+        Return the `Lease`, or `None` while another holder's lease is unexpired. Taking the
         lease is a state write, so a worker that lost it can never commit with the version it
         was given (DESIGN invariant 3).
         """
@@ -197,8 +198,12 @@ class SessionStateStore(abc.ABC):
         """Extend `holder`'s lease to `ttl` seconds from now; return whether it still holds it."""
 
     @abc.abstractmethod
-    def release_lease(self, session_id: str, holder: str) -> bool:
-        """Give up `holder`'s lease; return whether it held it."""
+    def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
+        """Give up `holder`'s lease; return whether it held it.
+
+        A holder that leaves work half done releases with `clean=False`: the lease is free at
+        once, and whoever takes it next is told it was `taken_over`.
+        """
 
     # Durable interrupt flags
 

@@ -36,6 +36,7 @@ from sessions_app.stores.types import (
     CheckpointMeta,
     CommitResult,
     InterruptFlagInfo,
+    Lease,
     MergeResult,
     Message,
     PaginatedMessages,
@@ -285,7 +286,7 @@ class InMemorySessionStateStore(SessionStateStore):
 
     # Step leases
 
-    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> int | None:
+    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease | None:
         now = timezone.now()
         with self._lock:
             stored = self._get(session_id)
@@ -293,7 +294,7 @@ class InMemorySessionStateStore(SessionStateStore):
             if current != holder and expires_at > now:
                 return None
             self._leases[session_id] = (holder, now + timedelta(seconds=ttl))
-            return self._write_state(stored)
+            return Lease(version=self._write_state(stored), taken_over=current != holder)
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         with self._lock:
@@ -302,11 +303,14 @@ class InMemorySessionStateStore(SessionStateStore):
             self._leases[session_id] = (holder, timezone.now() + timedelta(seconds=ttl))
             return True
 
-    def release_lease(self, session_id: str, holder: str) -> bool:
+    def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
         with self._lock:
             if not self._holds(session_id, holder):
                 return False
-            del self._leases[session_id]
+            if clean:
+                del self._leases[session_id]
+            else:  # Free now, but the next holder learns it was left.
+                self._leases[session_id] = (holder, timezone.now())
             return True
 
     def _holds(self, session_id: str, holder: str) -> bool:

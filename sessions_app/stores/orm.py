@@ -35,6 +35,7 @@ from sessions_app.stores.types import (
     CheckpointMeta,
     CommitResult,
     InterruptFlagInfo,
+    Lease,
     MergeResult,
     Message,
     MessageRole,
@@ -272,30 +273,29 @@ class ORMSessionStateStore(SessionStateStore):
 
     # Step leases
 
-    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> int | None:
+    def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease | None:
         now = timezone.now()
         with transaction.atomic():
             locked = _lock(session_id, "version", "lease_holder", "lease_expires_at")
-            if locked["lease_holder"] not in ("", holder) and locked["lease_expires_at"] > now:
+            previous = locked["lease_holder"]
+            if previous not in ("", holder) and locked["lease_expires_at"] > now:
                 return None
-            return _write_state(
+            version = _write_state(
                 session_id,
                 locked["version"],
                 lease_holder=holder,
                 lease_expires_at=now + timedelta(seconds=ttl),
             )
+            return Lease(version=version, taken_over=previous not in ("", holder))
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
-        with transaction.atomic():
-            _lock(session_id, "id")
-            held = models.AgentSession.objects.filter(pk=session_id, lease_holder=holder)
-            return held.update(lease_expires_at=timezone.now() + timedelta(seconds=ttl)) > 0
+        expires_at = timezone.now() + timedelta(seconds=ttl)
+        return _update_lease(session_id, holder, lease_expires_at=expires_at)
 
-    def release_lease(self, session_id: str, holder: str) -> bool:
-        with transaction.atomic():
-            _lock(session_id, "id")
-            held = models.AgentSession.objects.filter(pk=session_id, lease_holder=holder)
-            return held.update(lease_holder="", lease_expires_at=None) > 0
+    def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
+        if clean:
+            return _update_lease(session_id, holder, lease_holder="", lease_expires_at=None)
+        return _update_lease(session_id, holder, lease_expires_at=timezone.now())
 
     # Durable interrupt flags
 
@@ -636,6 +636,14 @@ def _lock(session_id: str, *fields: str) -> dict[str, Any]:
     for locked in rows:  # At most one row: iterating skips the ORDER BY and LIMIT of first().
         return locked
     raise SessionNotFound(session_id)
+
+
+def _update_lease(session_id: str, holder: str, **columns: Any) -> bool:
+    """Write lease columns if `holder` holds the lease, in one statement; return whether it did."""
+    if models.AgentSession.objects.filter(pk=session_id, lease_holder=holder).update(**columns):
+        return True
+    _require(session_id)
+    return False
 
 
 def _require(session_id: str, *fields: str) -> dict[str, Any]:

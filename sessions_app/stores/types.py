@@ -257,6 +257,18 @@ class CommitResult:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Lease:
+    """A step lease just taken: the version it bumped to, and whether its last holder left it.
+
+    `taken_over` is true when the previous holder never released the lease cleanly (it died,
+    stalled past its lease, or gave up with `clean=False`), so what it wrote may need undoing.
+    """
+
+    version: int
+    taken_over: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CasApplied:
     """`compare_and_set_status` changed the status."""
 

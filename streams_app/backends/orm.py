@@ -65,20 +65,40 @@ class ORMStreamManager(StreamManager):
         sql = _append_statements(connection.vendor)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
-        reserve, params = (
-            (sql.reserve, [len(chunks), len(chunks), now, stream_id, ACTIVE])
-            if epoch is None
-            else (sql.reserve_fenced, [len(chunks), len(chunks), now, stream_id, ACTIVE, epoch])
-        )
+        fence = [] if epoch is None else [epoch]
+        reserve = sql.reserve if epoch is None else sql.reserve_fenced
+        reserve_params = [len(chunks), len(chunks), now, stream_id, ACTIVE, *fence]
+        if sql.append is not None and self.max_chunks is None:
+            # One statement reserves and inserts: one round trip, atomic on its own.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    sql.append_fenced if epoch is not None else sql.append,
+                    [
+                        *reserve_params,
+                        stream_id,
+                        len(chunks),
+                        now,
+                        [chunk["step"] for chunk in chunks],
+                        [chunk["type"] for chunk in chunks],
+                        [to_json(chunk, connection) for chunk in chunks],
+                    ],
+                )
+                sequences = sorted(sequence for (sequence,) in cursor.fetchall())
+            if sequences:
+                sequenced = list(zip(sequences, chunks, strict=True))
+                transaction.on_commit(
+                    functools.partial(bell.ring, stream_id, notice_for(sequenced))
+                )
+                return sequences
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(reserve, params)
+            cursor.execute(reserve, reserve_params)
             reserved = cursor.fetchone()
             if reserved is None:  # Missing, not active or fenced, unless resumed since: look.
                 locked = _lock(stream_id, "status", "writer_epoch")
                 if epoch is not None and epoch != locked["writer_epoch"]:
                     raise WriterSuperseded(stream_id)
                 check_can(stream_id, locked["status"], "write to", {StreamStatus.ACTIVE})
-                cursor.execute(reserve, params)
+                cursor.execute(reserve, reserve_params)
                 reserved = cursor.fetchone()
             last_sequence, count = reserved
             first = last_sequence - len(chunks) + 1
@@ -239,35 +259,57 @@ class _AppendStatements:
     """The SQL of `append_chunks`, which every streamed delta runs: written out, not compiled.
 
     One `UPDATE ... RETURNING` checks the stream is active, reserves the sequences and holds the
-    stream's row lock until commit; one INSERT stores the chunks. Both are built from the models'
-    metadata.
+    stream's row lock until commit; one INSERT stores the chunks. On PostgreSQL, `append` does
+    both in one statement (the UPDATE in a CTE), so a delta costs one round trip; it inserts
+    nothing when the stream is missing, not active or fenced, and the two-statement path then
+    finds out which. All are built from the models' metadata.
     """
 
     reserve: str
     # `reserve` for an exclusive writer: only while its epoch is the stream's latest.
     reserve_fenced: str
     insert: str
+    append: str | None
+    append_fenced: str | None
 
 
 @functools.cache
 def _append_statements(vendor: str) -> _AppendStatements:
     """Return the append statements in the dialect of the `vendor` database."""
     last, count = column(Stream, "last_sequence"), column(Stream, "chunk_count")
-    chunk_columns = ("stream", "sequence", "step", "type", "chunk", "created_at")
+    chunk_columns = ", ".join(
+        column(StreamChunk, name)
+        for name in ("stream", "sequence", "step", "type", "chunk", "created_at")
+    )
     update = (
         f"UPDATE {table(Stream)} SET {last} = {last} + %s, {count} = {count} + %s, "
         f"{column(Stream, 'updated_at')} = %s "
         f"WHERE {column(Stream, 'id')} = %s AND {column(Stream, 'status')} = %s"
     )
+    fenced = f"{update} AND {column(Stream, 'writer_epoch')} = %s"
     returning = f" RETURNING {last}, {count}"
+
+    def append(reserve: str) -> str:
+        # Parameters after the reserve's: stream id, chunk count, created at, then the steps,
+        # types and JSON of the chunks as arrays.
+        return (
+            f"WITH reserved AS ({reserve} RETURNING {last}) "
+            f"INSERT INTO {table(StreamChunk)} ({chunk_columns}) "
+            f"SELECT %s, reserved.{last} - %s + chunk.position, chunk.step, chunk.type, "
+            "chunk.body, %s FROM reserved, "
+            "unnest(%s::integer[], %s::varchar[], %s::jsonb[]) WITH ORDINALITY "
+            "AS chunk(step, type, body, position) "
+            f"ORDER BY chunk.position RETURNING {column(StreamChunk, 'sequence')}"
+        )
+
+    postgres = vendor == "postgresql"
     return _AppendStatements(
         reserve=update + returning,
-        reserve_fenced=f"{update} AND {column(Stream, 'writer_epoch')} = %s{returning}",
-        insert=(
-            f"INSERT INTO {table(StreamChunk)} "
-            f"({', '.join(column(StreamChunk, name) for name in chunk_columns)}) "
-            f"VALUES ({', '.join(['%s'] * len(chunk_columns))})"
-        ),
+        reserve_fenced=fenced + returning,
+        insert=f"INSERT INTO {table(StreamChunk)} ({chunk_columns}) "
+        f"VALUES ({', '.join(['%s'] * 6)})",
+        append=append(update) if postgres else None,
+        append_fenced=append(fenced) if postgres else None,
     )
 
 

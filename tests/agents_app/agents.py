@@ -129,6 +129,8 @@ SCRIPTED_AGENTS = [
         sequence_script(Turn(text="Reported.")),
     ),
     (Agent(name="second-chance"), second_chance_script),
+    # Its system prompt raises, so every attempt at its first step does.
+    (Agent(name="buggy", system_prompt=lambda state: state["missing"]), sequence_script(Turn())),
 ]
 
 registry = get_registry()

@@ -27,6 +27,8 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
             INTERRUPT_POLL_SECONDS="0.1",
             LLM_RETRY_BACKOFF_SECONDS="0.05",
             STEP_LEASE_SECONDS="10",
+            STEP_ERROR_RETRIES="2",
+            STEP_ERROR_BACKOFF_SECONDS="0.05",
         ).start()
     yield running
     running.stop()
@@ -186,6 +188,20 @@ def test_a_failed_run_fails_its_stream_and_can_be_retried(worker, owner):
     assert state.output == "Second time lucky."
     assert retried.run_id != started.run_id
     assert chunk_types(started.stream_id)[-2:] == ["text_delta", "run_completed"]
+
+
+def test_a_step_that_keeps_raising_fails_its_run_after_its_retries(worker, owner):
+    offset = len(worker.read_log())
+    started = services.agent_start(user=owner, agent_type="buggy", message="Hi.")
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.FAILED
+    assert "Step 1 kept failing: KeyError('missing')" in state.error
+    assert get_session_store().get_current_run(started.session_id).status == RunStatus.FAILED
+    assert get_stream_manager().get_stream_info(started.stream_id).status == "failed"
+    assert chunk_types(started.stream_id)[-1] == "run_failed"
+    assert worker.read_log(offset).count("retrying") == 2  # STEP_ERROR_RETRIES
 
 
 def interrupted_mid_stream(owner) -> services.StartedRun:

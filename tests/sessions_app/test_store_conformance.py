@@ -31,6 +31,7 @@ from sessions_app.stores.types import (
     CasRejected,
     CheckpointMeta,
     DeleteOp,
+    Lease,
     Message,
     MessageRole,
     ReplaceOp,
@@ -830,22 +831,36 @@ def test_a_lease_excludes_other_holders_until_it_expires(store, session_id):
 
     first = store.acquire_lease(session_id, "worker-a", ttl=0.2)
 
-    assert first == version + 1
-    assert store.load_state(session_id).version == first
+    assert first == Lease(version=version + 1, taken_over=False)
+    assert store.load_state(session_id).version == first.version
     assert store.acquire_lease(session_id, "worker-b", ttl=30) is None
-    assert store.acquire_lease(session_id, "worker-a", ttl=30) == first + 1  # Its own holder.
+    again = store.acquire_lease(session_id, "worker-a", ttl=30)  # Its own holder.
+    assert again == Lease(version=first.version + 1, taken_over=False)
     assert store.renew_lease(session_id, "worker-a", ttl=0.1)
     time.sleep(0.15)
     second = store.acquire_lease(session_id, "worker-b", ttl=30)
-    assert second == first + 2
+    assert second == Lease(version=first.version + 2, taken_over=True)
     assert not store.renew_lease(session_id, "worker-a", ttl=30)
     assert not store.release_lease(session_id, "worker-a")
     assert store.release_lease(session_id, "worker-b")
-    assert store.acquire_lease(session_id, "worker-c", ttl=30) == second + 1
+    third = store.acquire_lease(session_id, "worker-c", ttl=30)
+    assert third == Lease(version=second.version + 1, taken_over=False)
+
+
+def test_a_lease_left_unclean_is_free_and_reported_taken_over(store, session_id):
+    store.acquire_lease(session_id, "worker-a", ttl=30)
+
+    assert store.release_lease(session_id, "worker-a", clean=False)
+
+    taken = store.acquire_lease(session_id, "worker-b", ttl=30)
+    assert taken is not None
+    assert taken.taken_over
+    assert store.release_lease(session_id, "worker-b")
+    assert not store.acquire_lease(session_id, "worker-c", ttl=30).taken_over
 
 
 def test_a_worker_that_lost_its_lease_cannot_commit(store, session_id):
-    stale = store.acquire_lease(session_id, "worker-a", ttl=0.05)
+    stale = store.acquire_lease(session_id, "worker-a", ttl=0.05).version
     time.sleep(0.1)
     store.acquire_lease(session_id, "worker-b", ttl=30)
     state = store.load_state(session_id)

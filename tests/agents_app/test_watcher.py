@@ -1,0 +1,75 @@
+"""The step watch on the real database: it keeps a running step's lease, drops a finished one,
+and stops a step that is interrupted."""
+
+import threading
+import time
+
+import pytest
+
+from agents_app.watcher import StepWatch
+from sessions_app.stores import get_session_store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = 0.6
+POLL = 0.05
+
+
+@pytest.fixture
+def session_id() -> str:
+    return get_session_store().create_session(agent_type="watched").session_id
+
+
+def watch(session_id: str, stopped: threading.Event | None = None) -> StepWatch:
+    return StepWatch(
+        session_id=session_id,
+        holder="step",
+        lease_seconds=LEASE,
+        poll_seconds=POLL,
+        on_stop=(stopped or threading.Event()).set,
+    )
+
+
+def test_a_running_step_keeps_its_lease_past_its_time_to_live(session_id):
+    store = get_session_store()
+    store.acquire_lease(session_id, "step", LEASE)
+
+    with watch(session_id) as running:
+        time.sleep(LEASE * 2.5)
+        assert store.acquire_lease(session_id, "other", LEASE) is None
+    assert not running.stopped
+
+
+def test_a_finished_step_is_no_longer_renewed(session_id):
+    store = get_session_store()
+    store.acquire_lease(session_id, "step", LEASE)
+    with watch(session_id):
+        time.sleep(POLL * 3)
+
+    time.sleep(LEASE * 1.5)
+
+    assert store.acquire_lease(session_id, "other", LEASE) is not None
+
+
+def test_an_interrupt_stops_the_step_within_a_poll(session_id):
+    store = get_session_store()
+    store.acquire_lease(session_id, "step", LEASE)
+    stopped = threading.Event()
+
+    with watch(session_id, stopped) as running:
+        store.set_interrupt_flag(session_id, "enough")
+        assert stopped.wait(POLL * 10)
+    assert running.interrupted
+    assert not running.lease_lost
+
+
+def test_a_step_that_lost_its_lease_is_stopped(session_id):
+    store = get_session_store()
+    store.acquire_lease(session_id, "step", 0.01)
+    time.sleep(0.05)
+    store.acquire_lease(session_id, "other", 30)  # Taken over while the step still runs.
+    stopped = threading.Event()
+
+    with watch(session_id, stopped) as running:
+        assert stopped.wait(LEASE * 2)
+    assert running.lease_lost
