@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import stores, streams
+    from bench import steps, stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -67,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # The debug cursor records every query; time the one production uses.
         with override_settings(DEBUG=False):
-            for module in (stores, streams):
+            modules = {"stores": stores, "streams": streams, "steps": steps}
+            for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
                 # Closing a generator cut short by a failure or SIGTERM stops what it started.
                 with closing(module.run(options)) as tables:
@@ -102,6 +103,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--quick", action="store_true", help="a short smoke run; targets are not enforced"
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=("stores", "streams", "steps"),
+        help="run only this benchmark (repeatable); all by default",
     )
     parser.add_argument(
         "--show-sql", action="store_true", help="print the SQL each operation runs on both sides"

@@ -43,7 +43,7 @@ class Row:
     """One metric of ours and of both raw sides, which a ratio compares it with.
 
     The right (strict) raw side is the baseline a target is enforced against; a row without
-    raw sides holds its target, lower being better, against our value itself.
+    raw sides holds its target against our value itself (a floor if higher is better).
     """
 
     metric: str
@@ -70,6 +70,8 @@ class Row:
         if self.target is None:
             return True
         ratio = self.strict_ratio
+        if ratio is None and self.higher_is_better:
+            return self.orm >= self.target
         return (self.orm if ratio is None else ratio) <= self.target
 
     def _slowdown(self, raw: float | None) -> float | None:
@@ -107,7 +109,9 @@ class Table:
                 for ratio in (row.lenient_ratio, row.strict_ratio)
             ]
             digits = 0 if row.strict_raw is None else 2  # A value's own target, or a ratio's.
-            target = "-" if row.target is None else f"<= {row.target:,.{digits}f}"
+            at_least = row.higher_is_better and row.strict_raw is None
+            bound = ">=" if at_least else "<="
+            target = "-" if row.target is None else f"{bound} {row.target:,.{digits}f}"
             result = "-" if row.target is None else "PASS" if row.passed else "FAIL"
             lines.append(self._line(row.metric, values, ratios, widths) + f" {target:>8}  {result}")
         lines.extend(f"  {note}" for note in self.notes)

@@ -127,11 +127,11 @@ def _append_table(raws: _Raws, size: int, options: Options) -> Table:
 def _commit_table(raws: _Raws, options: Options) -> Table:
     """Measure step commits, in milliseconds per commit at the 50th and 99th percentiles."""
     stores = (_store, *raws)
-    probes = [_Stepper(store.save_state_and_promote_staging) for store in stores]
+    probes = [Stepper(store.save_state_and_promote_staging) for store in stores]
     for probe in probes:
         probe.stage()
     statements = _same_sql(raws, [probe.commit for probe in probes], options.show_sql)
-    sides = [_Stepper(store.save_state_and_promote_staging) for store in stores]
+    sides = [Stepper(store.save_state_and_promote_staging) for store in stores]
     timings = interleave(sides, options)
     work = _same_work(raws[0], [[side.state.session_id] for side in sides])
     rows = []
@@ -181,7 +181,7 @@ class _Appender:
         return elapsed
 
 
-class _Stepper:
+class Stepper:
     """Commit one step per call to a side's session, staging its tool changes untimed first."""
 
     def __init__(self, commit: Callable[..., CommitResult]):

@@ -10,6 +10,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.live import database_url
+
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION_TLS = {
     "SECURE_SSL_REDIRECT": "true",
@@ -119,3 +121,27 @@ def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
         cursor.execute("PRAGMA journal_mode")
         assert cursor.fetchone()[0] == "wal"
     assert settings.DATABASES["default"]["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_a_database_pool_serves_connections_when_asked_for(tmp_path):
+    if connection.vendor != "postgresql":
+        pytest.skip("postgres: this run's database is not PostgreSQL")
+    script = (
+        "from django.db import connection; connection.ensure_connection(); "
+        "print(type(connection.pool).__name__, connection.pool.max_size); connection.close()"
+    )
+    pooled = run_manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        script,
+        tmp_path=tmp_path,
+        DEBUG="true",
+        DATABASE_URL=database_url(),
+        DATABASE_POOL_MAX_SIZE="3",
+    )
+
+    assert pooled.stdout.split() == ["ConnectionPool", "3"], pooled.stderr

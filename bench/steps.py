@@ -1,0 +1,196 @@
+"""Agent steps per second on real Celery workers, against a raw step commit in the same run.
+
+Two worker processes consume a queue of their own on the throwaway database and Redis. A run of
+the benchmark agent (`bench.agents`) takes ten steps, each a Celery task that streams text,
+runs a tool and commits. Runs start through `agent_start`, as the API starts them, and a run's
+time ends when its last step has committed the run's end.
+"""
+
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+
+from agents_app.services import agent_start
+from bench import agents
+from bench.harness import Options, Row, Table
+from bench.raw import RawSessionStore, connect
+from bench.stores import Stepper
+from helix_project.celery import app
+from sessions_app.models import Run
+
+LEGEND = (
+    "Agent steps: the benchmark agent's runs on 2 Celery worker processes over "
+    "PostgreSQL and Redis, each step a task that streams text, runs one tool and commits; "
+    "the raw side is one raw psycopg step commit (the same SQL as ours) on one connection."
+)
+ROOT = Path(__file__).resolve().parents[1]
+WORKER_PROCESSES = 2
+POOL_PROCESSES = 4  # Per worker: the prefork pool that runs the steps.
+CONCURRENT_SESSIONS = (1, 50)
+STEPS_PER_SECOND_TARGET = 200.0  # At 50 concurrent sessions.
+READY_TIMEOUT = 60.0
+RUN_TIMEOUT = 300.0
+ROUNDS = 3
+
+
+def run(options: Options) -> Iterator[Table]:
+    """Yield the table of steps per second at each concurrency and the per-step overhead."""
+    owner, _ = get_user_model().objects.get_or_create(username="bench-steps")
+    rounds = 1 if options.quick else ROUNDS
+    with connect(connection.settings_dict, like_django=False) as raw, _workers() as logs:
+        commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
+        _steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
+        rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
+        raw_ms: list[float] = []
+        for _ in range(rounds):  # Ours and the raw commit take turns, as the machine drifts.
+            for sessions in CONCURRENT_SESSIONS:
+                rates[sessions].append(_steps_per_second(owner, sessions))
+                raw_ms.append(_raw_commit_ms(commit, agents.STEPS_PER_RUN * sessions))
+        worker_log = _tail(logs)
+    raw_ms.sort()
+    raw_commit_ms = raw_ms[len(raw_ms) // 2]
+    median = {sessions: statistics.median(rates[sessions]) for sessions in rates}
+    at_one, top = median[1], median[CONCURRENT_SESSIONS[-1]]
+    rows = [
+        Row(
+            metric=f"steps/s, {sessions}",
+            orm=median[sessions],
+            strict_raw=1000 / raw_commit_ms,
+            higher_is_better=True,
+            precision=0,
+        )
+        for sessions in CONCURRENT_SESSIONS
+    ]
+    rows += [
+        Row(metric="ms per step", orm=1000 / at_one, strict_raw=raw_commit_ms, precision=1),
+        Row(
+            metric=f"steps/s, {CONCURRENT_SESSIONS[-1]}",
+            orm=top,
+            higher_is_better=True,
+            target=STEPS_PER_SECOND_TARGET,
+            precision=0,
+        ),
+    ]
+    notes = [
+        "Rows: steps per second at 1 and 50 concurrent sessions against raw commits per second "
+        "on one connection; the latency of one step of one session against one raw commit; "
+        "the target row.",
+        f"Median of {rounds} round(s) per concurrency; every round: "
+        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in rates[s]) for s in rates),
+        f"Each run takes {agents.STEPS_PER_RUN} steps; {WORKER_PROCESSES} worker processes "
+        f"with {POOL_PROCESSES} pool processes each (prefork), connections kept across steps.",
+    ]
+    if worker_log:
+        notes.append("Worker log tail:\n" + worker_log)
+    yield Table(
+        title="Agent steps on Celery workers vs raw step commits",
+        rows=rows,
+        notes=notes,
+        columns=("Helix", "-", "raw commit"),
+    )
+
+
+def _steps_per_second(owner, sessions: int) -> float:
+    """Start `sessions` runs at once and return the steps per second until all have ended."""
+    started = time.perf_counter()
+    run_ids = [
+        agent_start(user=owner, agent_type=agents.AGENT_TYPE, message="Check the list.").run_id
+        for _ in range(sessions)
+    ]
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while True:
+        statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
+        if Run.Status.FAILED in statuses:
+            raise RuntimeError("A benchmark run failed; see the worker log.")
+        if Run.Status.RUNNING not in statuses:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{sessions} runs did not end within {RUN_TIMEOUT:.0f} s")
+        time.sleep(0.005 if sessions == 1 else 0.02)
+    return sessions * agents.STEPS_PER_RUN / (time.perf_counter() - started)
+
+
+def _raw_commit_ms(commit: Stepper, count: int) -> float:
+    """Return the median milliseconds of `count` raw step commits."""
+    timings = sorted(commit() for _ in range(count))
+    return timings[len(timings) // 2] / 1e6
+
+
+@contextlib.contextmanager
+def _workers() -> Iterator[list[Path]]:
+    """Run the worker processes on a queue of their own until the block exits."""
+    queue = f"bench-{uuid.uuid4().hex[:12]}"
+    previous_queue = app.conf.task_default_queue
+    app.conf.task_default_queue = queue  # Where this process sends the steps.
+    database = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": (
+            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
+            f"/{database['NAME']}"
+        ),
+        "CELERY_TASK_DEFAULT_QUEUE": queue,
+        "HELIX_AGENTS": "bench.agents",
+        # Keep each pool process's connection across steps, as production workers should.
+        "CONN_MAX_AGE": "600",
+        "CELERY_DB_REUSE_MAX": "1000",
+        "DEBUG": "false",
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
+    }
+    with tempfile.TemporaryDirectory(prefix="helix-bench-workers-") as folder:
+        logs = [Path(folder) / f"worker-{n}.log" for n in range(WORKER_PROCESSES)]
+        names = [f"{queue}-{n}@bench" for n in range(WORKER_PROCESSES)]
+        workers = [_start_worker(name, log, env) for name, log in zip(names, logs, strict=True)]
+        try:
+            _wait_ready(workers, names, logs)
+            yield logs
+        finally:
+            app.conf.task_default_queue = previous_queue
+            for worker in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(worker.pid, signal.SIGTERM)
+            for worker in workers:
+                try:
+                    worker.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(worker.pid, signal.SIGKILL)
+                    worker.wait()
+
+
+def _start_worker(hostname: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
+             "--concurrency", str(POOL_PROCESSES), "--loglevel", "WARNING",
+             "--without-mingle", "--without-gossip", "--hostname", hostname],
+            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def _wait_ready(workers: list[subprocess.Popen], names: list[str], logs: list[Path]) -> None:
+    """Return once every worker answers a ping."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while len(app.control.ping(destination=names, timeout=0.5)) < len(names):
+        if any(worker.poll() is not None for worker in workers) or time.monotonic() > deadline:
+            raise RuntimeError("A benchmark worker did not start:\n" + _tail(logs, errors=False))
+
+
+def _tail(logs: list[Path], lines: int = 10, *, errors: bool = True) -> str:
+    """Return the last lines of each worker log (of those with warnings in it, if `errors`)."""
+    tails = []
+    for log in logs:
+        text = log.read_text(errors="replace").splitlines()
+        if not errors or any("ERROR" in line or "WARNING" in line for line in text):
+            tails += [f"--- {log.name}", *text[-lines:]]
+    return "\n".join(tails)
