@@ -5,14 +5,16 @@ task is safe (DESIGN invariant 4):
 
 - a step whose commit landed does nothing, except enqueue the next step when its attempt died
   between commit and enqueue (the lease is free and the run goes on);
-- a step that died before commit is run again by whoever takes the session's lease, after its
-  partial chunks are dropped (`cleanup_to_step`), its messages cut back to the last checkpoint
-  and its staged changes rolled back;
+- a step that died before commit is run again by whoever takes the session's lease next.
+  The lease tells it that its last holder never released it (`Lease.taken_over`), so it first
+  drops the dead attempt's partial chunks (`cleanup_to_step`), cuts messages back to the last
+  checkpoint and rolls back staged changes; a lease released cleanly needs none of that;
 - an attempt that lost its lease (a worker paused too long) can neither write chunks (its
   exclusive stream writer is fenced) nor commit (taking the lease bumped the version).
 
-The step commit writes messages, state, staging promotion, checkpoint and usage in one
-transaction, with the run's last chunk and the end of the stream when the run finishes.
+The step commit stages the tools' state changes and writes messages, state, their promotion,
+checkpoint and usage in one transaction, with the run's last chunk and the end of the stream
+when the run finishes.
 """
 
 import json
@@ -85,18 +87,19 @@ def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
     store = get_session_store()
     holder = uuid.uuid4().hex
     try:
-        lease = store.acquire_lease(session_id, holder, conf.step_lease_seconds())
+        claim = store.claim_step(session_id, holder, conf.step_lease_seconds())
     except SessionNotFound:
         return StepOutcome()
-    if lease is None:  # Another attempt runs it; if that worker died, its lease runs out.
+    if claim is None:  # Another attempt runs it; if that worker died, its lease runs out.
         return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
-    state, run = _current(store, session_id, run_id)
+    lease = claim.lease
+    state, run = _current(store, claim.state, run_id)
     if state is None or state.step_count >= step:  # Ended, or a redelivery of a committed step.
         store.release_lease(session_id, holder, clean=not lease.taken_over)
         if state is not None and state.step_count == step:  # Its attempt died before enqueuing.
             return StepOutcome(next_step=step + 1)
         return StepOutcome()
-    attempt = _Attempt(store, replace(state, version=lease.version), run, step, holder)
+    attempt = _Attempt(store, state, run, step, holder)
     try:
         return attempt.run(recover=lease.taken_over)
     except (LeaseLost, WriterSuperseded, VersionConflict) as error:
@@ -119,24 +122,23 @@ def fail_run(session_id: str, run_id: str, step: int, message: str) -> bool:
     """
     store = get_session_store()
     holder = uuid.uuid4().hex
-    lease = store.acquire_lease(session_id, holder, conf.step_lease_seconds())
-    if lease is None:
+    claim = store.claim_step(session_id, holder, conf.step_lease_seconds())
+    if claim is None:
         return False
-    state, run = _current(store, session_id, run_id)
+    state, run = _current(store, claim.state, run_id)
     if state is None or state.step_count >= step:
-        store.release_lease(session_id, holder, clean=not lease.taken_over)
+        store.release_lease(session_id, holder, clean=not claim.lease.taken_over)
         return False
-    attempt = _Attempt(store, replace(state, version=lease.version), run, step, holder)
+    attempt = _Attempt(store, state, run, step, holder)
     attempt.fail(attempt.open_writer(), message, failure_reason="step_error")
     return True
 
 
 def _current(
-    store: SessionStateStore, session_id: str, run_id: str
+    store: SessionStateStore, state: SessionState, run_id: str
 ) -> tuple[SessionState | None, RunRecord | None]:
     """Return the session and run if the run is the session's current, running one."""
-    state = store.load_state(session_id)
-    run = store.get_current_run(session_id) if state is not None else None
+    run = store.get_current_run(state.session_id)
     if run is None or run.run_id != run_id or run.status != RunStatus.RUNNING:
         return None, None
     if state.status != SessionStatus.ACTIVE:
@@ -188,8 +190,7 @@ class _Attempt:
         if recover:
             self._recover()
         writer = self.open_writer()
-        flag = self.store.check_interrupt_flag(self.session_id)
-        if flag is not None:
+        if (flag := self.state.interrupt_flag) is not None:  # Read with the lease.
             return self._interrupt(writer, flag.reason, reply=None, outcomes=[])
         with StepWatch(
             session_id=self.session_id,

@@ -35,6 +35,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 STARTUP_TIMEOUT = 30.0
 # How long a subscriber may take to connect, and a chunk to reach every subscriber.
 DELIVERY_TIMEOUT = 30.0
+CONNECT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -201,15 +202,28 @@ async def _within(event: asyncio.Event, progress: str) -> None:
 async def websocket_subscriber(
     server: Server, cookie: str, session_id: str, fanout: Fanout, received: Received
 ) -> None:
-    """Follow a session's stream over WebSocket, as a browser would, until its last event."""
-    async with websockets.connect(
-        server.websocket_url(session_id),
-        origin=websockets.Origin(server.origin),
-        additional_headers={"Cookie": cookie},
-        proxy=None,
-        max_size=None,
-        open_timeout=DELIVERY_TIMEOUT,
-    ) as connection:
+    """Follow a session's stream over WebSocket, as a browser would, until its last event.
+
+    A browser whose handshake fails tries again; so does this one. Daphne drops a handshake its
+    consumer has not accepted within 5 s, which a loaded machine connecting 100 clients at once
+    can reach; the stream's replay means a late subscriber misses nothing.
+    """
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            connection = await websockets.connect(
+                server.websocket_url(session_id),
+                origin=websockets.Origin(server.origin),
+                additional_headers={"Cookie": cookie},
+                proxy=None,
+                max_size=None,
+                open_timeout=DELIVERY_TIMEOUT,
+            )
+            break
+        except (websockets.InvalidHandshake, OSError):
+            if attempt == CONNECT_ATTEMPTS:
+                raise
+            await asyncio.sleep(0.5 * attempt)
+    async with connection:
         async for message in connection:
             arrival = time.perf_counter_ns()
             frame = json.loads(message)

@@ -43,6 +43,7 @@ from sessions_app.stores.types import (
     StagedChange,
     StagedChangeStatus,
     StagedToolChange,
+    StepClaim,
     StepWrites,
     SubSessionRef,
     SubSessionRefUpdate,
@@ -192,6 +193,17 @@ class SessionStateStore(abc.ABC):
         lease is a state write, so a worker that lost it can never commit with the version it
         was given (DESIGN invariant 3).
         """
+
+    def claim_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
+        """Take the step lease as `acquire_lease` does and return it with the session's state.
+
+        The state is read under the lease, with the new version and any interrupt flag. A
+        backend may do both at once; this default takes the lease, then loads the state.
+        """
+        lease = self.acquire_lease(session_id, holder, ttl)
+        if lease is None:
+            return None
+        return StepClaim(lease=lease, state=self.load_state(session_id))
 
     @abc.abstractmethod
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
@@ -389,6 +401,7 @@ class SessionStateStore(abc.ABC):
     aincrement_step_count = async_twin(increment_step_count)
     acompare_and_set_status = async_twin(compare_and_set_status)
     aacquire_lease = async_twin(acquire_lease)
+    aclaim_step = async_twin(claim_step)
     arenew_lease = async_twin(renew_lease)
     arelease_lease = async_twin(release_lease)
     aset_interrupt_flag = async_twin(set_interrupt_flag)

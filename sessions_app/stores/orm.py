@@ -50,6 +50,7 @@ from sessions_app.stores.types import (
     StagedChange,
     StagedChangeStatus,
     StagedToolChange,
+    StepClaim,
     StepWrites,
     SubSessionMode,
     SubSessionRef,
@@ -287,6 +288,28 @@ class ORMSessionStateStore(SessionStateStore):
                 lease_expires_at=now + timedelta(seconds=ttl),
             )
             return Lease(version=version, taken_over=previous not in ("", holder))
+
+    def claim_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
+        sql = statements(connection.vendor).claim_step
+        if sql is None:
+            return super().claim_step(session_id, holder, ttl)
+        now = timezone.now()
+        expires_at = now + timedelta(seconds=ttl)
+        params = [session_id, now, holder, expires_at, holder, now]
+        # One statement locks, checks and takes the lease and returns the new row, what the
+        # lease held before, and the interrupt flag: one round trip, atomic on its own.
+        row = next(iter(models.AgentSession.objects.raw(sql, params)), None)
+        if row is None:
+            _require(session_id)
+            return None
+        flag = None
+        if row.flag_set_at is not None:
+            flag = models.InterruptFlag(session=row, reason=row.flag_reason, set_at=row.flag_set_at)
+        models.AgentSession.interrupt_flag.related.set_cached_value(row, flag)
+        taken_over = row.previous_holder not in ("", holder)
+        return StepClaim(
+            lease=Lease(version=row.version, taken_over=taken_over), state=_session_state(row)
+        )
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         expires_at = timezone.now() + timedelta(seconds=ttl)
@@ -562,21 +585,24 @@ class ORMSessionStateStore(SessionStateStore):
             )
             for change, size in zip(changes, sizes, strict=True)
         ]
-        with transaction.atomic():
-            _lock(session_id, "id")
-            models.StagedChange.objects.bulk_create(
-                rows,
-                update_conflicts=True,
-                unique_fields=["session", "step_id", "tool_call_id"],
-                update_fields=[
-                    "patches",
-                    "merge_ops",
-                    "size_bytes",
-                    "status",
-                    "checkpoint_id",
-                    "created_at",
-                ],
-            )
+        with transaction.atomic(savepoint=False):  # As in the step commit, which calls this.
+            found = _lock_if_found(session_id)
+            if found:
+                models.StagedChange.objects.bulk_create(
+                    rows,
+                    update_conflicts=True,
+                    unique_fields=["session", "step_id", "tool_call_id"],
+                    update_fields=[
+                        "patches",
+                        "merge_ops",
+                        "size_bytes",
+                        "status",
+                        "checkpoint_id",
+                        "created_at",
+                    ],
+                )
+        if not found:
+            raise SessionNotFound(session_id)
 
     def promote_staging(self, session_id: str, step_id: str, checkpoint_id: str) -> int:
         with transaction.atomic():
@@ -636,6 +662,11 @@ def _lock(session_id: str, *fields: str) -> dict[str, Any]:
     for locked in rows:  # At most one row: iterating skips the ORDER BY and LIMIT of first().
         return locked
     raise SessionNotFound(session_id)
+
+
+def _lock_if_found(session_id: str) -> bool:
+    """Lock the session's row for the current transaction; return whether there is one."""
+    return models.AgentSession.objects.select_for_update().filter(pk=session_id).exists()
 
 
 def _update_lease(session_id: str, holder: str, **columns: Any) -> bool:

@@ -1,10 +1,11 @@
-"""Written-out SQL for the store's hottest path, the step commit (and the message append).
+"""Written-out SQL for the store's hottest paths: the step commit, the message append, the claim.
 
 Each statement is the one the ORM compiles for the same query, letter for letter, built once
 per database from the models' metadata. A step commit then pays for its database work and not
 for compiling six queries, which the benchmark (bench/) measured costing more than that work.
-The naming helpers serve the stream append's statements too.
-"""
+`claim_step` is the exception: a PostgreSQL statement the ORM cannot express, which takes a step
+lease and reads the session in one round trip (other databases compose it from three queries).
+The naming helpers serve the stream append's statements too."""
 
 import functools
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ class Statements:
     insert_checkpoint: str
     # Sets status and checkpoint of a session's changes staged by one step.
     promote_staged: str
+    # Takes a free or expired step lease (PostgreSQL only; `claim_step` composes it elsewhere).
+    claim_step: str | None
 
 
 def quote(name: str) -> str:
@@ -87,6 +90,30 @@ def statements(vendor: str) -> Statements:
             f"{column(staged, 'checkpoint_id')} = %s WHERE ({qualified(staged, 'session')} = %s "
             f"AND {qualified(staged, 'status')} = %s AND {qualified(staged, 'step_id')} = %s)"
         ),
+        claim_step=_claim_step() if vendor == "postgresql" else None,
+    )
+
+
+def _claim_step() -> str:
+    """Return the claim of a step lease: lock, check, take, and return the row and the flag.
+
+    Parameters: session id, now, holder, expiry, holder, now. It returns no row when the
+    session is missing or another holder's lease is unexpired.
+    """
+    session, flag = models.AgentSession, models.InterruptFlag
+    holder, expires = column(session, "lease_holder"), column(session, "lease_expires_at")
+    identifier, version = column(session, "id"), column(session, "version")
+    return (
+        f"WITH previous AS (SELECT {identifier}, {holder}, {expires} FROM {table(session)} "
+        f"WHERE {identifier} = %s FOR UPDATE), "
+        f"claimed AS (UPDATE {table(session)} AS claimed SET {version} = claimed.{version} + 1, "
+        f"{column(session, 'updated_at')} = %s, {holder} = %s, {expires} = %s FROM previous "
+        f"WHERE claimed.{identifier} = previous.{identifier} "
+        f"AND (previous.{holder} IN ('', %s) OR previous.{expires} <= %s) "
+        f"RETURNING claimed.*, previous.{holder} AS previous_holder) "
+        f"SELECT claimed.*, flag.{column(flag, 'reason')} AS flag_reason, "
+        f"flag.{column(flag, 'set_at')} AS flag_set_at FROM claimed "
+        f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = claimed.{identifier}"
     )
 
 

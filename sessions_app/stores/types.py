@@ -269,6 +269,14 @@ class Lease:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StepClaim:
+    """What `claim_step` took and read: the lease, and the session as it stood then."""
+
+    lease: Lease
+    state: SessionState
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CasApplied:
     """`compare_and_set_status` changed the status."""
 

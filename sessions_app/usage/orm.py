@@ -52,16 +52,20 @@ class ORMUsageStore(UsageStore):
             return []
         session_ids = {entry.session_id for entry in prepared}
         try:
-            with transaction.atomic():
+            # No savepoint inside a caller's transaction (the step commit): a missing session
+            # is reported after the block, which then wrote nothing.
+            with transaction.atomic(savepoint=False):
                 found = set(
                     models.AgentSession.objects.filter(pk__in=session_ids).values_list(
                         "pk", flat=True
                     )
                 )
-                if missing := sorted(session_ids - found):
-                    raise SessionNotFound(missing[0])
-                rows = models.UsageEntry.objects.bulk_create(_row(entry) for entry in prepared)
+                missing = sorted(session_ids - found)
+                if not missing:
+                    rows = models.UsageEntry.objects.bulk_create(_row(e) for e in prepared)
         except IntegrityError:
+            if connection.in_atomic_block:  # The caller's transaction is spoilt: it fails.
+                raise
             # A session was deleted between the check and the insert.
             gone = session_ids - set(
                 models.AgentSession.objects.filter(pk__in=session_ids).values_list("pk", flat=True)
@@ -69,6 +73,8 @@ class ORMUsageStore(UsageStore):
             if gone:
                 raise SessionNotFound(sorted(gone)[0]) from None
             raise
+        if missing:
+            raise SessionNotFound(missing[0])
         return [_entry(row) for row in rows]
 
     def get_entries(

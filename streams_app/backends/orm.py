@@ -40,6 +40,21 @@ class ORMStreamManager(StreamManager):
         self, stream_id: str, run_id: str, agent_type: str, *, exclusive: bool = False
     ) -> StreamWriter:
         check_identifier("stream id", stream_id)
+        sql = _write_statements(connection.vendor).open_writer
+        if sql is not None:  # One statement opens an existing stream: one round trip.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    sql,
+                    [stream_id, run_id, agent_type, ACTIVE, timezone.now(), int(exclusive)],
+                )
+                opened = cursor.fetchone()
+            if opened is not None:
+                writer_epoch, previous_status = opened
+                if previous_status != ACTIVE:
+                    _ring_changed(stream_id)
+                return StreamWriter(
+                    self, stream_id, run_id, agent_type, writer_epoch if exclusive else None
+                )
         with transaction.atomic():
             Stream.objects.bulk_create([Stream(id=stream_id)], ignore_conflicts=True)
             locked = _lock(stream_id, "status", "writer_epoch")
@@ -62,7 +77,7 @@ class ORMStreamManager(StreamManager):
     def append_chunks(
         self, stream_id: str, chunks: list[dict[str, Any]], *, epoch: int | None = None
     ) -> list[int]:
-        sql = _append_statements(connection.vendor)
+        sql = _write_statements(connection.vendor)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
         to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
         fence = [] if epoch is None else [epoch]
@@ -255,8 +270,9 @@ class ORMStreamManager(StreamManager):
 
 
 @dataclass(frozen=True)
-class _AppendStatements:
-    """The SQL of `append_chunks`, which every streamed delta runs: written out, not compiled.
+class _WriteStatements:
+    """The SQL of the stream's hot writes, written out, not compiled: `append_chunks`, which
+    every streamed delta runs, and, on PostgreSQL, opening a writer, which every step does.
 
     One `UPDATE ... RETURNING` checks the stream is active, reserves the sequences and holds the
     stream's row lock until commit; one INSERT stores the chunks. On PostgreSQL, `append` does
@@ -271,11 +287,15 @@ class _AppendStatements:
     insert: str
     append: str | None
     append_fenced: str | None
+    # Opens an existing stream to a run's writer (PostgreSQL): parameters stream id, run id,
+    # agent type, status, now, and 1 to fence earlier writers off, else 0. Returns the
+    # writer epoch and the status before, or no row when the stream does not exist.
+    open_writer: str | None
 
 
 @functools.cache
-def _append_statements(vendor: str) -> _AppendStatements:
-    """Return the append statements in the dialect of the `vendor` database."""
+def _write_statements(vendor: str) -> _WriteStatements:
+    """Return the write statements in the dialect of the `vendor` database."""
     last, count = column(Stream, "last_sequence"), column(Stream, "chunk_count")
     chunk_columns = ", ".join(
         column(StreamChunk, name)
@@ -302,14 +322,26 @@ def _append_statements(vendor: str) -> _AppendStatements:
             f"ORDER BY chunk.position RETURNING {column(StreamChunk, 'sequence')}"
         )
 
+    identifier, status, epoch = (column(Stream, name) for name in ("id", "status", "writer_epoch"))
+    open_writer = (
+        f"WITH previous AS (SELECT {identifier}, {status} FROM {table(Stream)} "
+        f"WHERE {identifier} = %s FOR UPDATE) "
+        f"UPDATE {table(Stream)} AS opened SET {column(Stream, 'run_id')} = %s, "
+        f"{column(Stream, 'agent_type')} = %s, {status} = %s, "
+        f"{column(Stream, 'final_output')} = NULL, {column(Stream, 'error')} = '', "
+        f"{column(Stream, 'updated_at')} = %s, {epoch} = opened.{epoch} + %s FROM previous "
+        f"WHERE opened.{identifier} = previous.{identifier} "
+        f"RETURNING opened.{epoch}, previous.{status}"
+    )
     postgres = vendor == "postgresql"
-    return _AppendStatements(
+    return _WriteStatements(
         reserve=update + returning,
         reserve_fenced=fenced + returning,
         insert=f"INSERT INTO {table(StreamChunk)} ({chunk_columns}) "
         f"VALUES ({', '.join(['%s'] * 6)})",
         append=append(update) if postgres else None,
         append_fenced=append(fenced) if postgres else None,
+        open_writer=open_writer if postgres else None,
     )
 
 

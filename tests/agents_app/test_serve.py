@@ -21,6 +21,22 @@ SEND_PING = (
     "print(app.send_task('celery.accumulate', args=['ping']).id)"
 )
 
+# Start the demo research agent as a new user would, and wait for its run to end.
+RUN_DEMO = """
+import time
+from django.contrib.auth import get_user_model
+from agents_app.services import agent_start
+from sessions_app.stores import get_session_store
+user = get_user_model().objects.create_user("demo")
+started = agent_start(user=user, agent_type="researcher", message="What is celery?")
+for _ in range(300):
+    state = get_session_store().load_state(started.session_id)
+    if state.status != "active":
+        break
+    time.sleep(0.1)
+print(state.status, state.output["sources"])
+"""
+
 
 def embedded_env(var_dir: Path) -> dict[str, str]:
     """Return this environment switched to the embedded default under `var_dir`."""
@@ -143,6 +159,9 @@ def test_serve_runs_site_and_worker_and_stops_on_sigint(serve: Serve) -> None:
         30,
         "the worker ran the task sent through the filesystem broker",
     )
+
+    demo = manage("shell", "-v", "0", "-c", RUN_DEMO, env=serve.env)
+    assert demo.stdout.split() == ["completed", "['celery']"], demo.stdout + demo.stderr
 
     children = serve.child_pids()
     assert len(children) == 2

@@ -35,6 +35,11 @@ def run_manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedPr
     )
 
 
+def run_shell(script: str, *, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """Run a Python script in manage.py shell on a development run with the given variables."""
+    return run_manage("shell", "-v", "0", "-c", script, tmp_path=tmp_path, DEBUG="true", **env)
+
+
 def _is_setting(name: str) -> bool:
     return name in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL"} or (
         name.startswith(("SECURE_", "CELERY_", "HELIX_"))
@@ -88,15 +93,10 @@ def test_service_urls_select_redis_backends(tmp_path):
         "print(s.CHANNEL_LAYERS['default']['BACKEND'], s.CELERY_BROKER_URL, "
         "s.DATABASES['default']['ENGINE'])"
     )
-    embedded = run_manage("shell", "-v", "0", "-c", script, tmp_path=tmp_path, DEBUG="true")
-    served = run_manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
+    embedded = run_shell(script, tmp_path=tmp_path)
+    served = run_shell(
         script,
         tmp_path=tmp_path,
-        DEBUG="true",
         REDIS_URL="redis://127.0.0.1:6379/3",
         DATABASE_URL="postgres://helix@db.example.com:5432/helix",
     )
@@ -126,20 +126,13 @@ def test_sqlite_runs_in_wal_mode_with_immediate_transactions():
 @pytest.mark.postgres
 @pytest.mark.django_db
 def test_a_database_pool_serves_connections_when_asked_for(tmp_path):
-    if connection.vendor != "postgresql":
-        pytest.skip("postgres: this run's database is not PostgreSQL")
     script = (
         "from django.db import connection; connection.ensure_connection(); "
         "print(type(connection.pool).__name__, connection.pool.max_size); connection.close()"
     )
-    pooled = run_manage(
-        "shell",
-        "-v",
-        "0",
-        "-c",
+    pooled = run_shell(
         script,
         tmp_path=tmp_path,
-        DEBUG="true",
         DATABASE_URL=database_url(),
         DATABASE_POOL_MAX_SIZE="3",
     )

@@ -859,6 +859,24 @@ def test_a_lease_left_unclean_is_free_and_reported_taken_over(store, session_id)
     assert not store.acquire_lease(session_id, "worker-c", ttl=30).taken_over
 
 
+def test_a_step_claim_takes_the_lease_and_reads_the_state_under_it(store, session_id):
+    store.set_interrupt_flag(session_id, "enough")
+    version = store.load_state(session_id).version
+
+    claim = store.claim_step(session_id, "worker-a", ttl=0.1)
+
+    assert claim.lease == Lease(version=version + 1, taken_over=False)
+    assert claim.state == store.load_state(session_id)
+    assert claim.state.interrupt_flag.reason == "enough"
+    assert store.claim_step(session_id, "worker-b", ttl=30) is None
+    time.sleep(0.15)
+    taken = store.claim_step(session_id, "worker-b", ttl=30)
+    assert taken.lease == Lease(version=version + 2, taken_over=True)
+    assert taken.state.version == version + 2
+    with pytest.raises(SessionNotFound):
+        store.claim_step("missing", "worker-a", ttl=30)
+
+
 def test_a_worker_that_lost_its_lease_cannot_commit(store, session_id):
     stale = store.acquire_lease(session_id, "worker-a", ttl=0.05).version
     time.sleep(0.1)
