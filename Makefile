@@ -15,11 +15,17 @@ $(BIN)/.installed: requirements.txt
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
+# The AI SDK the client tests under tests/js drive, as its lock file pins it.
+JS_TESTS := tests/js/node_modules/.package-lock.json
+$(JS_TESTS): tests/js/package.json tests/js/package-lock.json
+	npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+	touch $@
+
 run: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py serve
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed $(JS_TESTS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(BIN)/.installed

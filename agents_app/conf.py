@@ -31,3 +31,8 @@ def step_error_retries() -> int:
 def step_error_backoff_seconds(errors: int) -> float:
     """Return the delay before retrying a step that raised `errors` times already."""
     return float(helix_setting("STEP_ERROR_BACKOFF_SECONDS", 1.0)) * 2**errors
+
+
+def interrupt_observation_seconds() -> float:
+    """Return how long `POST /api/chat/{id}/interrupt` waits for the run to stop."""
+    return float(helix_setting("INTERRUPT_OBSERVATION_SECONDS", 5.0))

@@ -1,6 +1,6 @@
 """Domain errors of the runtime (see `sessions_app.errors` for the base and the mapping)."""
 
-from sessions_app.errors import HelixError
+from sessions_app.errors import HelixError, InvalidInput
 
 
 class RunNotActive(HelixError):
@@ -47,3 +47,7 @@ class HookRefused(HelixError):
     def __init__(self, status: int, body: dict) -> None:
         super().__init__("A lifecycle hook refused the request.", response=body)
         self.http_status = status
+
+
+class InvalidChatMessage(InvalidInput):
+    """A chat request does not carry what starting a run needs."""

@@ -332,17 +332,17 @@ class _Attempt:
             return self._fail(
                 writer, messages, outcomes, reply, f"Reached the limit of {agent.max_steps} steps."
             )
-        self._commit(messages, outcomes, reply, SessionStatus.ACTIVE)
+        self._commit(writer, messages, outcomes, reply, SessionStatus.ACTIVE)
         return StepOutcome(next_step=self.step + 1)
 
     def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
         with self._ending(writer, RunStatus.COMPLETED, output=output):
-            self._commit(messages, outcomes, reply, SessionStatus.COMPLETED, output=output)
+            self._commit(writer, messages, outcomes, reply, SessionStatus.COMPLETED, output=output)
         return StepOutcome()
 
     def _fail(self, writer, messages, outcomes, reply, error: str) -> StepOutcome:
         with self._ending(writer, RunStatus.FAILED, error=error):
-            self._commit(messages, outcomes, reply, SessionStatus.FAILED, error=error)
+            self._commit(writer, messages, outcomes, reply, SessionStatus.FAILED, error=error)
         return StepOutcome()
 
     def fail(self, writer: StreamWriter, message: str, *, failure_reason: str) -> StepOutcome:
@@ -370,7 +370,7 @@ class _Attempt:
         reply = reply or _Reply(text="", tool_calls=[], usage=[])
         messages = self._step_messages(reply, outcomes) if (reply.text or outcomes) else []
         with self._ending(writer, RunStatus.INTERRUPTED, reason=reason):
-            self._commit(messages, outcomes, reply, SessionStatus.INTERRUPTED)
+            self._commit(writer, messages, outcomes, reply, SessionStatus.INTERRUPTED)
             self.store.clear_interrupt_flag(self.session_id)
         return StepOutcome()
 
@@ -418,6 +418,7 @@ class _Attempt:
 
     def _commit(
         self,
+        writer: StreamWriter,
         messages: list[Message],
         outcomes: list[ToolOutcome],
         reply: _Reply,
@@ -452,13 +453,13 @@ class _Attempt:
                 CheckpointMeta(
                     step_id=self.step_id,
                     step_count=self.step,
-                    stream_sequence=self._stream_sequence(),
+                    stream_sequence=writer.last_sequence,
                     run_id=self.run_record.run_id,
                 ),
                 expected_version=self.state.version,
+                release_lease_of=self.holder,
             )
             get_usage_store().record_entries(self._usage(reply, outcomes))
-            self.store.release_lease(self.session_id, self.holder)
 
     def _usage(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""
@@ -495,10 +496,6 @@ class _Attempt:
                 for metric_type, name, value in outcome.custom_metrics
             ]
         return entries
-
-    def _stream_sequence(self) -> int:
-        info = self.streams.get_stream_info(self.state.stream_id)
-        return info.latest_sequence if info is not None else 0
 
     def _on_complete(self, status: RunStatus, *, result: Any = None, error: str | None = None):
         if self.agent.hooks is not None:

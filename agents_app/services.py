@@ -8,12 +8,14 @@ transaction commits, then runs the `after_*` hook.
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from agents_app import control, execution
+from agents_app.definitions import Agent
 from agents_app.errors import AgentTypeMismatch, InvalidResume, RunNotActive
 from agents_app.hooks import AgentHooks
 from agents_app.inputs import input_messages
@@ -48,6 +50,31 @@ class StartedRun:
     session_id: str
     stream_id: str
     run_id: str
+
+
+def agent_session_create(
+    *,
+    user: AbstractBaseUser,
+    agent_type: str,
+    user_id: str | None = None,
+    tags: Sequence[str] = (),
+    metadata: Mapping[str, str] | None = None,
+    expires_at: datetime | None = None,
+) -> SessionState:
+    """Create a session of `agent_type` for `user`, holding the agent's initial state."""
+    agent = get_registry().resolve(
+        agent_type, AgentFactoryContext(session_id="", run_id="", user_id=user_id)
+    )
+    return _create_session(
+        agent,
+        None,
+        agent_type=agent_type,
+        user=user,
+        user_id=user_id,
+        tags=tags,
+        metadata=metadata,
+        expires_at=expires_at,
+    )
 
 
 def agent_start(
@@ -87,14 +114,14 @@ def agent_start(
     with transaction.atomic():
         state = session_for_user(session_id=session_id, user=user) if existing else None
         if state is None:
-            state = store.create_session(
+            state = _create_session(
+                agent,
                 session_id,
                 agent_type=agent_type,
-                owner_id=user.pk,
+                user=user,
                 user_id=user_id,
                 tags=tags,
                 metadata=metadata,
-                custom_state=agent.make_initial_state(),
             )
         elif state.agent_type != agent_type:
             raise AgentTypeMismatch(state.session_id, state.agent_type, agent_type)
@@ -180,17 +207,44 @@ def agent_abort(*, user: AbstractBaseUser, session_id: str, reason: str | None =
     control.abort_session(session_id, reason)
 
 
+def _create_session(
+    agent: Agent,
+    session_id: str | None,
+    *,
+    agent_type: str,
+    user: AbstractBaseUser,
+    user_id: str | None,
+    tags: Sequence[str],
+    metadata: Mapping[str, str] | None,
+    expires_at: datetime | None = None,
+) -> SessionState:
+    """Create the user's session of `agent_type`, holding `agent`'s initial state."""
+    return get_session_store().create_session(
+        session_id,
+        agent_type=agent_type,
+        owner_id=user.pk,
+        user_id=user_id,
+        tags=tags,
+        metadata=metadata,
+        custom_state=agent.make_initial_state(),
+        expires_at=expires_at,
+    )
+
+
 def _begin_run(state: SessionState, run_id: str, messages: list[Message]) -> StartedRun:
     """Record the run, commit its input and a checkpoint, and enqueue its first step.
 
     The checkpoint is the point `retry` goes back to when the run's first step is dropped.
+    The run's metadata keeps `fromSequence`, the stream's last sequence before the run's chunks.
     """
     store = get_session_store()
-    store.create_run(state.session_id, run_id, metadata={"firstStep": state.step_count + 1})
+    writer = get_stream_manager().create_writer(state.stream_id, run_id, state.agent_type)
+    store.create_run(
+        state.session_id,
+        run_id,
+        metadata={"firstStep": state.step_count + 1, "fromSequence": writer.last_sequence},
+    )
     store.clear_interrupt_flag(state.session_id)
-    streams = get_stream_manager()
-    streams.create_writer(state.stream_id, run_id, state.agent_type)
-    info = streams.get_stream_info(state.stream_id)
     store.save_state_and_promote_staging(
         state.session_id,
         replace(state, status=SessionStatus.ACTIVE, error=None, failure_reason=None),
@@ -198,7 +252,7 @@ def _begin_run(state: SessionState, run_id: str, messages: list[Message]) -> Sta
         CheckpointMeta(
             step_id=f"{run_id}:start",
             step_count=state.step_count,
-            stream_sequence=info.latest_sequence if info else 0,
+            stream_sequence=writer.last_sequence,
             run_id=run_id,
         ),
         expected_version=state.version,

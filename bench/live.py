@@ -35,7 +35,7 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 STARTUP_TIMEOUT = 30.0
 # How long a subscriber may take to connect, and a chunk to reach every subscriber.
 DELIVERY_TIMEOUT = 30.0
-CONNECT_ATTEMPTS = 3
+CONNECT_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)

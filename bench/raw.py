@@ -17,9 +17,10 @@ _SESSION = '"sessions_app_agentsession"'
 _LOCK = f'FROM {_SESSION} WHERE {_SESSION}."id" = %s FOR UPDATE'
 
 LOCK_MESSAGE_COUNT = f'SELECT {_SESSION}."message_count" AS "message_count" {_LOCK}'
-LOCK_VERSION_AND_MESSAGE_COUNT = (
+LOCK_FOR_COMMIT = (
     f'SELECT {_SESSION}."version" AS "version", '
-    f'{_SESSION}."message_count" AS "message_count" {_LOCK}'
+    f'{_SESSION}."message_count" AS "message_count", '
+    f'{_SESSION}."lease_holder" AS "lease_holder" {_LOCK}'
 )
 LAST_MESSAGE = (
     'SELECT "sessions_app_message"."id" AS "id", "sessions_app_message"."sequence" AS "sequence" '
@@ -146,7 +147,7 @@ class RawSessionStore:
     ) -> CommitResult:
         """Commit one step: messages, state, checkpoint and promoted staging, in one transaction."""
         with self.connection.transaction(), self.connection.cursor() as cursor:
-            version, message_count = _fetch(cursor, LOCK_VERSION_AND_MESSAGE_COUNT, session_id)
+            version, message_count, _ = _fetch(cursor, LOCK_FOR_COMMIT, session_id)
             if version != expected_version:
                 raise RuntimeError(f"version {version} is not the expected {expected_version}")
             now = datetime.now(UTC)

@@ -1,9 +1,10 @@
-"""Agent steps per second on real Celery workers, against a raw step commit in the same run.
+"""Agent steps per second on real Celery workers, against raw baselines in the same run.
 
 Two worker processes consume a queue of their own on the throwaway database and Redis. A run of
 the benchmark agent (`bench.agents`) takes ten steps, each a Celery task that streams text,
 runs a tool and commits. Runs start through `agent_start`, as the API starts them, and a run's
-time ends when its last step has committed the run's end.
+time ends when its last step has committed the run's end. The same workers run the raw floor
+(`bench.floor`): ten-hop task chains doing a step's least SQL with psycopg, timed the same way.
 """
 
 import contextlib
@@ -15,7 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -23,6 +24,7 @@ from django.db import connection
 
 from agents_app.services import agent_start
 from bench import agents
+from bench.floor import FloorTables, floor_step
 from bench.harness import Options, Row, Table
 from bench.raw import RawSessionStore, connect
 from bench.stores import Stepper
@@ -32,7 +34,9 @@ from sessions_app.models import Run
 LEGEND = (
     "Agent steps: the benchmark agent's runs on 2 Celery worker processes over "
     "PostgreSQL and Redis, each step a task that streams text, runs one tool and commits; "
-    "the raw side is one raw psycopg step commit (the same SQL as ours) on one connection."
+    "the raw floor is a bare task chain on the same workers doing a step's least SQL with "
+    "psycopg (bench.floor); the raw commit is one raw psycopg step commit (the same SQL as "
+    "ours) on one connection."
 )
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PROCESSES = 2
@@ -48,24 +52,33 @@ def run(options: Options) -> Iterator[Table]:
     """Yield the table of steps per second at each concurrency and the per-step overhead."""
     owner, _ = get_user_model().objects.get_or_create(username="bench-steps")
     rounds = 1 if options.quick else ROUNDS
-    with connect(connection.settings_dict, like_django=False) as raw, _workers() as logs:
+    with (
+        connect(connection.settings_dict, like_django=False) as raw,
+        FloorTables(raw) as floor,
+        _workers() as logs,
+    ):
         commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
         _steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
+        _floor_steps_per_second(floor, 1)
         rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
+        floor_rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         raw_ms: list[float] = []
-        for _ in range(rounds):  # Ours and the raw commit take turns, as the machine drifts.
+        for _ in range(rounds):  # Ours and the raw sides take turns, as the machine drifts.
             for sessions in CONCURRENT_SESSIONS:
                 rates[sessions].append(_steps_per_second(owner, sessions))
+                floor_rates[sessions].append(_floor_steps_per_second(floor, sessions))
                 raw_ms.append(_raw_commit_ms(commit, agents.STEPS_PER_RUN * sessions))
         worker_log = _tail(logs)
     raw_ms.sort()
     raw_commit_ms = raw_ms[len(raw_ms) // 2]
     median = {sessions: statistics.median(rates[sessions]) for sessions in rates}
+    floor_median = {sessions: statistics.median(floor_rates[sessions]) for sessions in rates}
     at_one, top = median[1], median[CONCURRENT_SESSIONS[-1]]
     rows = [
         Row(
             metric=f"steps/s, {sessions}",
             orm=median[sessions],
+            lenient_raw=floor_median[sessions],
             strict_raw=1000 / raw_commit_ms,
             higher_is_better=True,
             precision=0,
@@ -83,38 +96,63 @@ def run(options: Options) -> Iterator[Table]:
         ),
     ]
     notes = [
-        "Rows: steps per second at 1 and 50 concurrent sessions against raw commits per second "
-        "on one connection; the latency of one step of one session against one raw commit; "
-        "the target row.",
-        f"Median of {rounds} round(s) per concurrency; every round: "
-        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in rates[s]) for s in rates),
+        "Rows: steps per second at 1 and 50 concurrent sessions against the raw floor's and "
+        "against raw commits per second on one connection; the latency of one step of one "
+        "session against one raw commit; the target row.",
+        f"Median of {rounds} round(s) per concurrency; every round, ours: "
+        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in rates[s]) for s in rates)
+        + "; raw floor: "
+        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in floor_rates[s]) for s in rates),
         f"Each run takes {agents.STEPS_PER_RUN} steps; {WORKER_PROCESSES} worker processes "
         f"with {POOL_PROCESSES} pool processes each (prefork), connections kept across steps.",
     ]
     if worker_log:
         notes.append("Worker log tail:\n" + worker_log)
     yield Table(
-        title="Agent steps on Celery workers vs raw step commits",
+        title="Agent steps on Celery workers vs raw baselines",
         rows=rows,
         notes=notes,
-        columns=("Helix", "-", "raw commit"),
+        columns=("Helix", "raw floor", "raw commit"),
     )
 
 
 def _steps_per_second(owner, sessions: int) -> float:
     """Start `sessions` runs at once and return the steps per second until all have ended."""
-    started = time.perf_counter()
-    run_ids = [
-        agent_start(user=owner, agent_type=agents.AGENT_TYPE, message="Check the list.").run_id
-        for _ in range(sessions)
-    ]
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while True:
+    run_ids: list[str] = []
+
+    def start() -> None:
+        for _ in range(sessions):
+            started = agent_start(
+                user=owner, agent_type=agents.AGENT_TYPE, message="Check the list."
+            )
+            run_ids.append(started.run_id)
+
+    def ended() -> bool:
         statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
         if Run.Status.FAILED in statuses:
             raise RuntimeError("A benchmark run failed; see the worker log.")
-        if Run.Status.RUNNING not in statuses:
-            break
+        return Run.Status.RUNNING not in statuses
+
+    return _timed(sessions, start, ended)
+
+
+def _floor_steps_per_second(floor: FloorTables, sessions: int) -> float:
+    """Start `sessions` raw floor chains at once and return their steps per second."""
+    ids = floor.new_sessions(sessions)
+
+    def start() -> None:
+        for session_id in ids:
+            floor_step.delay(session_id, 1, agents.STEPS_PER_RUN)
+
+    return _timed(sessions, start, lambda: floor.done(ids) == sessions)
+
+
+def _timed(sessions: int, start: Callable[[], None], ended: Callable[[], bool]) -> float:
+    """Call `start`, poll `ended` until it holds, and return the steps per second."""
+    started = time.perf_counter()
+    start()
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not ended():
         if time.monotonic() > deadline:
             raise TimeoutError(f"{sessions} runs did not end within {RUN_TIMEOUT:.0f} s")
         time.sleep(0.005 if sessions == 1 else 0.02)
@@ -172,7 +210,8 @@ def _start_worker(hostname: str, log: Path, env: dict[str, str]) -> subprocess.P
     with log.open("wb") as output:
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
-             "--concurrency", str(POOL_PROCESSES), "--loglevel", "WARNING",
+             "--concurrency", str(POOL_PROCESSES), "--include", "bench.floor",
+             "--loglevel", "WARNING",
              "--without-mingle", "--without-gossip", "--hostname", hostname],
             cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

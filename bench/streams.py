@@ -184,7 +184,12 @@ def _live() -> Iterator[Live]:
 
 
 def _daphne_env(database: dict[str, Any]) -> dict[str, str]:
-    """Return Daphne's environment: the throwaway database, Redis, DEBUG, default hosts."""
+    """Return Daphne's environment: the throwaway database, Redis, DEBUG, default hosts.
+
+    Daphne pools its database connections, as in production: without a pool every
+    `database_sync_to_async` call opens one, and 100 subscribers connecting at once queue some
+    300 connects on one thread, past Daphne's 5 s handshake timeout on a loaded machine.
+    """
     env = {name: value for name, value in os.environ.items() if name != "ALLOWED_HOSTS"}
     credentials = quote(database["USER"] or "", safe="")
     if database["PASSWORD"]:
@@ -196,6 +201,7 @@ def _daphne_env(database: dict[str, Any]) -> dict[str, str]:
             f"postgres://{credentials}@{database['HOST'] or ''}{port}/{database['NAME']}"
         ),
         "REDIS_URL": settings.REDIS_URL,
+        "DATABASE_POOL_MAX_SIZE": "4",
         "DEBUG": "true",
         "PYTHONUNBUFFERED": "1",
     }

@@ -36,6 +36,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "sessions_app",
     "streams_app",
     "agents_app",
@@ -43,6 +46,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "sessions_app.middleware.request_body_limit",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -188,6 +192,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "unacked_restore_throttle": 1,
 }
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "helix_project.broker:Transport"  # Writes messages atomically.
     _broker_dir, _control_dir = VAR_DIR / "broker", VAR_DIR / "broker-control"
     for _folder in (_broker_dir, _control_dir):
         _folder.mkdir(parents=True, exist_ok=True)  # kombu expects them to exist.
@@ -204,10 +209,31 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # theirs set it with CONN_MAX_AGE; `helix_project.celery` still drops broken ones per task.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=0) or None
 
+# Throttle counts live here: give every Daphne process the same cache in production
+# (CACHE_URL=redis://host:6379/1), or each process counts on its own.
+CACHES = {"default": env.cache_url("CACHE_URL", default="locmemcache://")}
+
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # Session auth enforces CSRF on unsafe methods; scripts send `Authorization: Token <key>`.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "sessions_app.http.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Helix API",
+    "DESCRIPTION": "Sessions, runs and streams of durable AI agents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # The docs page's assets come from drf-spectacular-sidecar: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 HELIX = {
@@ -227,6 +253,12 @@ HELIX = {
     "USAGE_STORE": {"BACKEND": "sessions_app.usage.orm.ORMUsageStore", "OPTIONS": {}},
     "STREAM_RETENTION_DAYS": env.float("STREAM_RETENTION_DAYS", default=7),
     "SSE_HEARTBEAT_SECONDS": env.float("SSE_HEARTBEAT_SECONDS", default=30),
+    # How long `POST /api/chat/{id}/interrupt` waits for the run to stop before answering 504.
+    "INTERRUPT_OBSERVATION_SECONDS": env.float("INTERRUPT_OBSERVATION_SECONDS", default=5),
+    # The largest API request body, in bytes (a run's files come base64 encoded in it).
+    "MAX_REQUEST_BYTES": env.int("HELIX_MAX_REQUEST_BYTES", default=16 * 1024 * 1024),
+    # Runs each user may start, resume or retry, e.g. "30/minute"; "" turns the limit off.
+    "RUN_START_RATE": env.str("HELIX_RUN_START_RATE", default="60/minute") or None,
     # Modules that register agents when imported.
     "AGENTS": env.list("HELIX_AGENTS", default=["agents_app.demo"]),
     # The model adapter; an agent's own `llm` settings are merged over OPTIONS.

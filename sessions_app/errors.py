@@ -37,6 +37,20 @@ class SessionAlreadyExists(HelixError):
         self.session_id = session_id
 
 
+class SessionBusy(HelixError):
+    """A step of the session is running; the write would make its commit fail."""
+
+    code = "session-busy"
+    http_status = 409
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"A step of session {session_id!r} is running; try again when it has committed.",
+            session_id=session_id,
+        )
+        self.session_id = session_id
+
+
 class VersionConflict(HelixError):
     """A write named an expected version that is no longer current; nothing was written."""
 

@@ -7,7 +7,8 @@ stream) use `error_response`.
 
 from typing import Any
 
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -25,6 +26,15 @@ def error_response(error: HelixError) -> JsonResponse:
     return JsonResponse(
         error_body(error.code, error.message, error.details), status=error.http_status
     )
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Answer an unknown URL: in the error shape under `/api/`, as Django does elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            error_body("not-found", f"No route matches {request.path!r}."), status=404
+        )
+    return defaults.page_not_found(request, exception)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

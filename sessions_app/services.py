@@ -2,15 +2,27 @@
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
 from sessions_app.errors import SessionNotFound
+from sessions_app.selectors import session_for_user
+from sessions_app.stores import get_session_store
 from sessions_app.stores.base import SessionStateStore
-from sessions_app.stores.types import LIVE_STATUSES, SessionStatus
+from sessions_app.stores.types import LIVE_STATUSES, SessionState, SessionStatus
 
 DEFAULT_EXPIRY_ERROR = "Session expired"
 EXPIRED_FAILURE_REASON = "expired"
+
+
+def session_update_labels(
+    *, user: AbstractBaseUser, session_id: str, labels: dict[str, Any]
+) -> SessionState:
+    """Replace the labels (tags, metadata, expiry) of the user's session; return its state."""
+    session_for_user(session_id=session_id, user=user)
+    return get_session_store().update_labels(session_id, labels)
 
 
 @dataclass(kw_only=True, slots=True)

@@ -1,5 +1,6 @@
 """REST endpoints of the live record."""
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,6 +11,17 @@ from streams_app.backends import get_stream_manager
 from streams_app.errors import StreamNotFound
 
 
+class SequencedChunkOutput(serializers.Serializer):
+    sequence = serializers.IntegerField()
+    chunk = serializers.JSONField()
+
+
+class HistoryOutput(serializers.Serializer):
+    chunks = SequencedChunkOutput(many=True)
+    hasMore = serializers.BooleanField()
+    latestSequence = serializers.IntegerField()
+
+
 class HistoryView(APIView):
     """`GET /api/sessions/{id}/history?fromSequence=&limit=`: stored chunks after a sequence."""
 
@@ -17,6 +29,7 @@ class HistoryView(APIView):
         fromSequence = serializers.IntegerField(min_value=0, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
 
+    @extend_schema(parameters=[Input], responses=HistoryOutput)
     def get(self, request: Request, session_id: str) -> Response:
         query = self.Input(data=request.query_params)
         query.is_valid(raise_exception=True)

@@ -3,5 +3,5 @@ from django.urls import path
 from streams_app.consumers import StreamConsumer
 
 websocket_urlpatterns = [
-    path("ws/sessions/<str:session_id>/stream", StreamConsumer.as_asgi()),
+    path("ws/sessions/<session_id:session_id>/stream", StreamConsumer.as_asgi()),
 ]

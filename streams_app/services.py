@@ -2,11 +2,23 @@
 
 from datetime import datetime, timedelta
 
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 
 from sessions_app.conf import helix_setting
+from sessions_app.selectors import session_for_user
+from sessions_app.stores import get_session_store
 from streams_app.backends import get_stream_manager
 from streams_app.backends.base import StreamManager
+
+
+def session_delete(*, user: AbstractBaseUser, session_id: str) -> None:
+    """Delete the user's session, everything recorded under it and its stream, at once."""
+    state = session_for_user(session_id=session_id, user=user)
+    with transaction.atomic():
+        get_session_store().delete_session(session_id)
+        get_stream_manager().delete_stream(state.stream_id)
 
 
 def purge_expired_streams(

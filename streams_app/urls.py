@@ -2,7 +2,9 @@ from django.urls import path
 
 from streams_app import api, views
 
+SESSION = "sessions/<session_id:session_id>/"
+
 urlpatterns = [
-    path("sessions/<str:session_id>/stream", views.stream_events, name="session-stream"),
-    path("sessions/<str:session_id>/history", api.HistoryView.as_view(), name="session-history"),
+    path(SESSION + "stream", views.stream_events, name="session-stream"),
+    path(SESSION + "history", api.HistoryView.as_view(), name="session-history"),
 ]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
+from sessions_app.auth import arequest_user
 from sessions_app.conf import helix_setting
 from sessions_app.errors import HelixError
 from sessions_app.http import error_body, error_response
@@ -25,7 +26,7 @@ HEARTBEAT = b": heartbeat\n\n"
 
 async def stream_events(request: HttpRequest, session_id: str) -> HttpResponse:
     """Stream the session's events to its owner as server-sent events."""
-    user = await request.auser()
+    user = await arequest_user(request)
     if not user.is_authenticated:
         body = error_body("not-authenticated", "Authentication credentials were not provided.")
         return JsonResponse(body, status=401)

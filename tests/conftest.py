@@ -3,6 +3,7 @@
 import pytest
 from asgiref.sync import SyncToAsync
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connections
 
 from tests.services import PROBLEMS, REQUIRED_SERVICES, database_vendor
@@ -35,6 +36,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("postgres") and problems["postgres"]
         ):
             item.add_marker(pytest.mark.skip(reason=f"postgres: {problems['postgres']}"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Leave an empty cache to the next test, if it is the process-local one (not a Redis)."""
+    yield
+    if settings.CACHES["default"]["BACKEND"].endswith("LocMemCache"):
+        cache.clear()
 
 
 @pytest.fixture(autouse=True)

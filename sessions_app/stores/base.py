@@ -112,6 +112,14 @@ class SessionStateStore(abc.ABC):
     def delete_session(self, session_id: str) -> bool:
         """Delete the session and everything recorded under it; return whether it existed."""
 
+    @abc.abstractmethod
+    def update_labels(self, session_id: str, labels: Mapping[str, Any]) -> SessionState:
+        """Replace the labels `labels` names (`tags`, `metadata`, `expires_at`); return the state.
+
+        The write bumps the version. While a step holds the session's lease it raises
+        `SessionBusy` and writes nothing, since the step commits under the version it claimed.
+        """
+
     # State
 
     @abc.abstractmethod
@@ -136,11 +144,13 @@ class SessionStateStore(abc.ABC):
         checkpoint: CheckpointMeta,
         *,
         expected_version: int | None = None,
+        release_lease_of: str | None = None,
     ) -> CommitResult:
         """Commit one step in a single transaction.
 
         Appends `messages`, writes `state`, promotes the step's staged changes and records a
         checkpoint at the new message count; all of it becomes visible together or not at all.
+        The step lease of `release_lease_of`, if it holds it, is released cleanly with it.
         """
 
     # Atomic operations
@@ -392,6 +402,7 @@ class SessionStateStore(abc.ABC):
     acreate_session = async_twin(create_session)
     asession_exists = async_twin(session_exists)
     adelete_session = async_twin(delete_session)
+    aupdate_labels = async_twin(update_labels)
     aload_state = async_twin(load_state)
     asave_state = async_twin(save_state)
     asave_state_and_promote_staging = async_twin(save_state_and_promote_staging)

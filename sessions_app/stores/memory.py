@@ -20,6 +20,7 @@ from sessions_app.errors import (
     RunAlreadyExists,
     RunNotFound,
     SessionAlreadyExists,
+    SessionBusy,
     SessionNotFound,
     SubSessionRefNotFound,
     VersionConflict,
@@ -169,6 +170,16 @@ class InMemorySessionStateStore(SessionStateStore):
                 del self._runs[run_id]
             return True
 
+    def update_labels(self, session_id: str, labels: Mapping[str, Any]) -> SessionState:
+        changes = rules.check_labels(labels)
+        with self._lock:
+            stored = self._get(session_id)
+            holder, expires_at = self._leases.get(session_id, ("", None))
+            if rules.lease_is_live(holder, expires_at, timezone.now()):
+                raise SessionBusy(session_id)
+            self._write_state(stored, **copy.deepcopy(changes))
+            return self._state_out(session_id)
+
     # State
 
     def load_state(self, session_id: str) -> SessionState | None:
@@ -193,6 +204,7 @@ class InMemorySessionStateStore(SessionStateStore):
         checkpoint: CheckpointMeta,
         *,
         expected_version: int | None = None,
+        release_lease_of: str | None = None,
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
         fields = _state_fields_in(state)
@@ -222,6 +234,8 @@ class InMemorySessionStateStore(SessionStateStore):
                 StagedChangeStatus.PROMOTED,
                 checkpoint_id=record.checkpoint_id,
             )
+            if release_lease_of is not None and self._holds(session_id, release_lease_of):
+                del self._leases[session_id]
         return CommitResult(checkpoint_id=record.checkpoint_id, new_version=new_version)
 
     # Atomic operations

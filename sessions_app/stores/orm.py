@@ -19,6 +19,7 @@ from sessions_app.errors import (
     RunAlreadyExists,
     RunNotFound,
     SessionAlreadyExists,
+    SessionBusy,
     SessionNotFound,
     SubSessionRefNotFound,
     VersionConflict,
@@ -141,6 +142,16 @@ class ORMSessionStateStore(SessionStateStore):
         deleted, _ = models.AgentSession.objects.filter(pk=session_id).delete()
         return deleted > 0
 
+    def update_labels(self, session_id: str, labels: Mapping[str, Any]) -> SessionState:
+        changes = rules.check_labels(labels)
+        with transaction.atomic():
+            locked = _lock(session_id, "version", "lease_holder", "lease_expires_at")
+            lease = locked["lease_holder"], locked["lease_expires_at"]
+            if rules.lease_is_live(*lease, timezone.now()):
+                raise SessionBusy(session_id)
+            _write_state(session_id, locked["version"], **changes)
+        return self.load_state(session_id)
+
     # State
 
     def load_state(self, session_id: str) -> SessionState | None:
@@ -167,20 +178,24 @@ class ORMSessionStateStore(SessionStateStore):
         checkpoint: CheckpointMeta,
         *,
         expected_version: int | None = None,
+        release_lease_of: str | None = None,
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
         sql = statements(connection.vendor)
         with transaction.atomic():
-            locked = fetch_one(sql.lock_version_and_message_count, [session_id])
+            locked = fetch_one(sql.lock_for_commit, [session_id])
             if locked is None:
                 raise SessionNotFound(session_id)
-            version, message_count = locked
+            version, message_count, lease_holder = locked
             _check_version(session_id, expected_version, version)
             now = timezone.now()
             message_count += len(_insert_messages(session_id, messages, now))
             fields = rules.state_fields(state)
+            released = {}
+            if release_lease_of is not None and lease_holder == release_lease_of:
+                released = {"lease_holder": "", "lease_expires_at": None}
             new_version = _write_state(
-                session_id, version, message_count=message_count, **_columns(fields)
+                session_id, version, message_count=message_count, **_columns(fields), **released
             )
             snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
             checkpoint_id = models.generate_id()

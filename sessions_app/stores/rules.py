@@ -78,6 +78,29 @@ def check_metadata(metadata: Any) -> dict[str, str]:
     return dict(metadata)
 
 
+LABEL_FIELDS = ("tags", "metadata", "expires_at")
+
+
+def check_labels(labels: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the checked labels (`LABEL_FIELDS`) to write; anything else raises `ValueError`."""
+    unknown = sorted(set(labels) - set(LABEL_FIELDS))
+    if unknown:
+        raise ValueError(f"Only {', '.join(LABEL_FIELDS)} are labels, not {', '.join(unknown)}.")
+    checked = dict(labels)
+    if "tags" in checked:
+        checked["tags"] = check_tags(checked["tags"])
+    if "metadata" in checked:
+        checked["metadata"] = check_metadata(checked["metadata"])
+    if not isinstance(checked.get("expires_at"), datetime | None):
+        raise ValueError("expires_at must be a datetime or None.")
+    return checked
+
+
+def lease_is_live(holder: str, expires_at: datetime | None, now: datetime) -> bool:
+    """Return whether a step lease is held and unexpired."""
+    return bool(holder) and expires_at is not None and expires_at > now
+
+
 def check_page(offset: int, limit: int) -> None:
     """Raise `ValueError` unless offset and limit describe a valid page."""
     if offset < 0:

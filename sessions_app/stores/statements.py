@@ -31,8 +31,8 @@ CHECKPOINT_COLUMNS = (
 
 @dataclass(frozen=True)
 class Statements:
-    # Locks a session's row; returns its version and message count.
-    lock_version_and_message_count: str
+    # Locks a session's row; returns its version, message count and lease holder.
+    lock_for_commit: str
     # Returns the id and sequence of a session's last message.
     last_message: str
     # Inserts a checkpoint of CHECKPOINT_COLUMNS.
@@ -71,9 +71,10 @@ def statements(vendor: str) -> Statements:
     for_update = " FOR UPDATE" if database.features.has_select_for_update else ""
     checkpoint_columns = ", ".join(column(models.Checkpoint, c) for c in CHECKPOINT_COLUMNS)
     return Statements(
-        lock_version_and_message_count=(
+        lock_for_commit=(
             f"SELECT {qualified(session, 'version')} AS {quote('version')}, "
-            f"{qualified(session, 'message_count')} AS {quote('message_count')} "
+            f"{qualified(session, 'message_count')} AS {quote('message_count')}, "
+            f"{qualified(session, 'lease_holder')} AS {quote('lease_holder')} "
             f"FROM {table(session)} WHERE {qualified(session, 'id')} = %s{for_update}"
         ),
         last_message=(

@@ -125,12 +125,16 @@ class StreamWriter:
         run_id: str,
         agent_type: str,
         epoch: int | None = None,
+        *,
+        last_sequence: int = 0,
     ):
         self.manager = manager
         self.stream_id = stream_id
         self.run_id = run_id
         self.agent_type = agent_type
         self.epoch = epoch  # Set for exclusive writers only.
+        # The stream's last sequence when the writer opened, then after each of its writes.
+        self.last_sequence = last_sequence
         self.closed = False
 
     def write(self, chunk: Chunk | Mapping[str, Any]) -> int:
@@ -151,7 +155,11 @@ class StreamWriter:
             )
             for chunk in chunks
         ]
-        return self.manager.append_chunks(self.stream_id, wire, epoch=self.epoch) if wire else []
+        if not wire:
+            return []
+        sequences = self.manager.append_chunks(self.stream_id, wire, epoch=self.epoch)
+        self.last_sequence = sequences[-1]
+        return sequences
 
     def close(self) -> None:
         """Close this writer; the stream stays as it is."""

@@ -70,7 +70,8 @@ class InMemoryStreamManager(StreamManager):
             if exclusive:
                 stream.writer_epoch += 1
             epoch = stream.writer_epoch if exclusive else None
-        return StreamWriter(self, stream_id, run_id, agent_type, epoch)
+            last_sequence = stream.last_sequence
+        return StreamWriter(self, stream_id, run_id, agent_type, epoch, last_sequence=last_sequence)
 
     def append_chunks(
         self, stream_id: str, chunks: list[dict[str, Any]], *, epoch: int | None = None

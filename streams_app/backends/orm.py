@@ -41,6 +41,7 @@ class ORMStreamManager(StreamManager):
     ) -> StreamWriter:
         check_identifier("stream id", stream_id)
         sql = _write_statements(connection.vendor).open_writer
+        opened = None
         if sql is not None:  # One statement opens an existing stream: one round trip.
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -48,16 +49,27 @@ class ORMStreamManager(StreamManager):
                     [stream_id, run_id, agent_type, ACTIVE, timezone.now(), int(exclusive)],
                 )
                 opened = cursor.fetchone()
-            if opened is not None:
-                writer_epoch, previous_status = opened
-                if previous_status != ACTIVE:
-                    _ring_changed(stream_id)
-                return StreamWriter(
-                    self, stream_id, run_id, agent_type, writer_epoch if exclusive else None
-                )
+        if opened is None:
+            opened = self._open(stream_id, run_id, agent_type, exclusive)
+        writer_epoch, previous_status, last_sequence = opened
+        if previous_status != ACTIVE:
+            _ring_changed(stream_id)
+        return StreamWriter(
+            self,
+            stream_id,
+            run_id,
+            agent_type,
+            writer_epoch if exclusive else None,
+            last_sequence=last_sequence,
+        )
+
+    def _open(
+        self, stream_id: str, run_id: str, agent_type: str, exclusive: bool
+    ) -> tuple[int, str, int]:
+        """Create or reopen the stream; return its writer epoch, previous status, last sequence."""
         with transaction.atomic():
             Stream.objects.bulk_create([Stream(id=stream_id)], ignore_conflicts=True)
-            locked = _lock(stream_id, "status", "writer_epoch")
+            locked = _lock(stream_id, "status", "writer_epoch", "last_sequence")
             writer_epoch = locked["writer_epoch"] + (1 if exclusive else 0)
             _stream(stream_id).update(
                 run_id=run_id,
@@ -68,11 +80,7 @@ class ORMStreamManager(StreamManager):
                 updated_at=timezone.now(),
                 writer_epoch=writer_epoch,
             )
-            if locked["status"] != StreamStatus.ACTIVE:
-                _ring_changed(stream_id)
-        return StreamWriter(
-            self, stream_id, run_id, agent_type, writer_epoch if exclusive else None
-        )
+        return writer_epoch, locked["status"], locked["last_sequence"]
 
     def append_chunks(
         self, stream_id: str, chunks: list[dict[str, Any]], *, epoch: int | None = None
@@ -331,7 +339,7 @@ def _write_statements(vendor: str) -> _WriteStatements:
         f"{column(Stream, 'final_output')} = NULL, {column(Stream, 'error')} = '', "
         f"{column(Stream, 'updated_at')} = %s, {epoch} = opened.{epoch} + %s FROM previous "
         f"WHERE opened.{identifier} = previous.{identifier} "
-        f"RETURNING opened.{epoch}, previous.{status}"
+        f"RETURNING opened.{epoch}, previous.{status}, opened.{column(Stream, 'last_sequence')}"
     )
     postgres = vendor == "postgresql"
     return _WriteStatements(

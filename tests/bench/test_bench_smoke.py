@@ -42,7 +42,7 @@ def test_quick_bench_prints_ratios() -> None:
         "StreamWriter.write, one ",
         *DELIVERY_TITLES,
         "replay of 2,000 stored chunks",
-        "Agent steps on Celery workers vs raw step commits",
+        "Agent steps on Celery workers vs raw baselines",
     ):
         assert title in result.stdout
     assert len(re.findall(RATIO_ROW.format(metric="messages/s"), result.stdout, re.M)) == 2
@@ -53,5 +53,6 @@ def test_quick_bench_prints_ratios() -> None:
         assert len(rows) == 1 + len(DELIVERY_TITLES), result.stdout
     for metric in ("WebSocket ms", "SSE ms"):
         assert re.search(VALUE_ROW.format(metric=metric), result.stdout, re.M), result.stdout
-    for metric in ("steps/s, 1", "steps/s, 50", "ms per step"):
-        assert re.search(STRICT_ROW.format(metric=metric), result.stdout, re.M), result.stdout
+    for metric in ("steps/s, 1", "steps/s, 50"):  # Against the raw floor and raw commits.
+        assert re.search(RATIO_ROW.format(metric=metric), result.stdout, re.M), result.stdout
+    assert re.search(STRICT_ROW.format(metric="ms per step"), result.stdout, re.M), result.stdout

@@ -28,7 +28,7 @@ def test_each_statement_matches_the_orm_on_this_database():
 
     def lock():
         rows = models.AgentSession.objects.select_for_update().filter(pk=session.pk)
-        list(rows.values("version", "message_count"))
+        list(rows.values("version", "message_count", "lease_holder"))
 
     def last_message():
         latest = models.Message.objects.filter(session_id=session.pk).order_by("-sequence")
@@ -45,7 +45,7 @@ def test_each_statement_matches_the_orm_on_this_database():
         )
         staged.update(status=models.StagedChange.Status.PROMOTED, checkpoint_id="c")
 
-    assert compiled_by_orm(lock) == [sql.lock_version_and_message_count]
+    assert compiled_by_orm(lock) == [sql.lock_for_commit]
     assert compiled_by_orm(last_message) == [sql.last_message]
     assert compiled_by_orm(insert_checkpoint) == [sql.insert_checkpoint]
     assert compiled_by_orm(promote_staged) == [sql.promote_staged]

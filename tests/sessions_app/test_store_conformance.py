@@ -18,6 +18,7 @@ from sessions_app.errors import (
     RunAlreadyExists,
     RunNotFound,
     SessionAlreadyExists,
+    SessionBusy,
     SessionNotFound,
     StateSizeExceeded,
     SubSessionRefNotFound,
@@ -237,6 +238,50 @@ def test_delete_session_removes_everything_recorded_under_it(store, session_id):
 
 def test_delete_session_of_missing_session_returns_false(store):
     assert store.delete_session("nope") is False
+
+
+def test_update_labels_replaces_only_the_named_labels_and_bumps_the_version(store, session_id):
+    before = store.load_state(session_id)
+    expiry = timezone.now() + timedelta(days=1)
+
+    updated = store.update_labels(session_id, {"tags": ["kept"], "expires_at": expiry})
+
+    assert (updated.tags, updated.expires_at) == (["kept"], expiry)
+    assert updated.metadata == before.metadata
+    assert updated.version == before.version + 1
+    assert store.load_state(session_id) == updated
+    cleared = store.update_labels(session_id, {"metadata": {"team": "b"}, "expires_at": None})
+    assert (cleared.tags, cleared.metadata, cleared.expires_at) == (["kept"], {"team": "b"}, None)
+
+
+@pytest.mark.parametrize(
+    ("labels", "problem"),
+    [
+        ({"status": "completed"}, "not status"),
+        ({"version": 9}, "not version"),
+        ({"tags": "one"}, "tags must be"),
+        ({"expires_at": "tomorrow"}, "expires_at must be"),
+    ],
+)
+def test_update_labels_refuses_anything_but_valid_labels(store, session_id, labels, problem):
+    before = store.load_state(session_id)
+
+    with pytest.raises(ValueError, match=problem):
+        store.update_labels(session_id, labels)
+    assert store.load_state(session_id) == before
+
+
+def test_update_labels_is_refused_while_a_step_holds_the_lease(store, session_id):
+    store.acquire_lease(session_id, "worker-a", ttl=30)
+    before = store.load_state(session_id)
+
+    with pytest.raises(SessionBusy):
+        store.update_labels(session_id, {"tags": ["late"]})
+    assert store.load_state(session_id) == before
+    store.release_lease(session_id, "worker-a")
+    assert store.update_labels(session_id, {"tags": ["late"]}).tags == ["late"]
+    with pytest.raises(SessionNotFound):
+        store.update_labels("missing", {"tags": []})
 
 
 # State
@@ -892,6 +937,27 @@ def test_a_worker_that_lost_its_lease_cannot_commit(store, session_id):
             expected_version=stale,
         )
     assert contents(store, session_id) == []
+
+
+def test_a_step_commit_releases_its_holders_lease_only(store, session_id):
+    def commit(step: int, release_lease_of: str) -> None:
+        store.save_state_and_promote_staging(
+            session_id,
+            store.load_state(session_id),
+            [],
+            CheckpointMeta(step_id=f"step-{step}", step_count=step, stream_sequence=0),
+            release_lease_of=release_lease_of,
+        )
+
+    store.acquire_lease(session_id, "worker-a", ttl=30)
+    commit(1, release_lease_of="worker-b")  # Not its lease: it stays.
+    assert store.acquire_lease(session_id, "worker-b", ttl=30) is None
+
+    commit(2, release_lease_of="worker-a")
+
+    taken = store.acquire_lease(session_id, "worker-b", ttl=30)
+    assert taken is not None
+    assert not taken.taken_over
 
 
 def test_leases_of_a_missing_session_raise(store):

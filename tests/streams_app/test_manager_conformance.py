@@ -199,6 +199,17 @@ def test_a_new_writer_reopens_a_finished_stream_and_sequences_carry_on(manager):
     assert deltas(read_all(manager, "st")) == ["a", "b", ("end", "second")]
 
 
+def test_a_writer_knows_the_streams_last_sequence(manager):
+    assert manager.create_writer("st", "run-1", "researcher").last_sequence == 0
+    writer_with(manager, "a", "b")
+
+    writer = manager.create_writer("st", "run-2", "researcher", exclusive=True)
+
+    assert writer.last_sequence == 2
+    writer.write_many([text("c"), text("d")])
+    assert writer.last_sequence == 4 == manager.get_stream_info("st").latest_sequence
+
+
 def test_a_failed_stream_has_no_reader(manager):
     writer_with(manager, "a")
 

@@ -6,6 +6,7 @@ import json
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import AsyncClient, override_settings
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from streams_app.backends import get_stream_manager
@@ -129,6 +130,23 @@ def test_sse_refusals_are_json_errors(
 
     assert response.status_code == status
     assert json.loads(body)["error"]["code"] == code
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sse_accepts_an_api_token_of_the_owner_only(owner, stranger, owned_session):
+    write(owned_session, "a", end={"ok": True})
+    owners, strangers = (Token.objects.create(user=user).key for user in (owner, stranger))
+
+    def with_token(key: str):
+        return get_stream(None, owned_session, headers={"Authorization": f"Token {key}"})
+
+    response, body = with_token(owners)
+    refused, _ = with_token(strangers)
+    forged, _ = with_token("not-a-key")
+
+    assert response.status_code == 200
+    assert [e["data"]["type"] for e in sse_events(body)] == ["chunk", "end"]
+    assert (refused.status_code, forged.status_code) == (404, 401)
 
 
 @pytest.mark.django_db

@@ -1,0 +1,1 @@
+"""The REST API of sessions and runs (DRF views over the services)."""

@@ -1,0 +1,127 @@
+"""The raw floor of an agent step: a bare Celery task chain whose hops run a step's least SQL.
+
+Each hop is what any durable, streaming step on Celery must do at the least, written with
+psycopg on tables of its own: take the session's lease and read its state, read the history,
+append five stream chunks (each its own statement, as deltas arrive), then commit two
+messages, the state, a checkpoint and two usage rows in one transaction that frees the lease,
+and enqueue the next hop. No Django, no validation, no model or tool, no notifications: what
+our step costs beyond this is our own overhead.
+
+The workers import this module (`--include`); `FloorTables` creates and drops the tables.
+"""
+
+import json
+import uuid
+from typing import Any
+
+import psycopg
+from celery import shared_task
+from django.db import connection
+
+from bench.raw import connect
+
+CHUNKS_PER_STEP = 5
+_TABLES = ("bench_floor_session", "bench_floor_message", "bench_floor_chunk", "bench_floor_other")
+_SCHEMA = """
+CREATE TABLE bench_floor_session (
+    id text PRIMARY KEY, version integer NOT NULL, lease_holder text NOT NULL,
+    lease_expires_at timestamptz, message_count integer NOT NULL, last_sequence integer NOT NULL,
+    state jsonb NOT NULL, done boolean NOT NULL);
+CREATE TABLE bench_floor_message (
+    session_id text NOT NULL, sequence integer NOT NULL, role text NOT NULL, content text NOT NULL,
+    PRIMARY KEY (session_id, sequence));
+CREATE TABLE bench_floor_chunk (
+    session_id text NOT NULL, sequence integer NOT NULL, chunk jsonb NOT NULL,
+    PRIMARY KEY (session_id, sequence));
+CREATE TABLE bench_floor_other (
+    id bigserial PRIMARY KEY, session_id text NOT NULL, kind text NOT NULL, body jsonb NOT NULL);
+"""
+_CLAIM = (
+    "UPDATE bench_floor_session SET version = version + 1, lease_holder = %s, "
+    "lease_expires_at = now() + interval '60 seconds' "
+    "WHERE id = %s AND (lease_holder = '' OR lease_expires_at <= now()) RETURNING state"
+)
+_HISTORY = "SELECT role, content FROM bench_floor_message WHERE session_id = %s ORDER BY sequence"
+_APPEND = (
+    "WITH reserved AS (UPDATE bench_floor_session SET last_sequence = last_sequence + 1 "
+    "WHERE id = %s RETURNING last_sequence) "
+    "INSERT INTO bench_floor_chunk SELECT %s, last_sequence, %s FROM reserved"
+)
+_LOCK = "SELECT version, message_count FROM bench_floor_session WHERE id = %s FOR UPDATE"
+_MESSAGES = "INSERT INTO bench_floor_message VALUES (%s, %s, %s, %s), (%s, %s, %s, %s)"
+_STATE = (
+    "UPDATE bench_floor_session SET version = %s, message_count = %s, state = %s, "
+    "lease_holder = '', lease_expires_at = NULL, done = %s WHERE id = %s"
+)
+_OTHER = (
+    "INSERT INTO bench_floor_other (session_id, kind, body) "
+    "VALUES (%s, 'checkpoint', %s), (%s, 'usage', %s), (%s, 'usage', %s)"
+)
+
+_connection: psycopg.Connection | None = None
+
+
+def _database() -> psycopg.Connection:
+    """Return this process's connection, opened on first use (after the pool forks)."""
+    global _connection
+    if _connection is None or _connection.closed:
+        _connection = connect(connection.settings_dict, like_django=False)
+    return _connection
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def floor_step(session_id: str, step: int, steps: int) -> None:
+    """Run hop `step` of `steps` of the session, then enqueue the next one."""
+    database = _database()
+    (state,) = database.execute(_CLAIM, [uuid.uuid4().hex, session_id]).fetchone()
+    history = database.execute(_HISTORY, [session_id]).fetchall()
+    for n in range(CHUNKS_PER_STEP):
+        chunk = {"type": "text_delta", "step": step, "delta": f"word {n} "}
+        database.execute(_APPEND, [session_id, session_id, json.dumps(chunk)])
+    state = {**state, "ticks": state.get("ticks", 0) + 1, "seen": len(history)}
+    with database.transaction():
+        version, count = database.execute(_LOCK, [session_id]).fetchone()
+        reply = [session_id, count + 1, "assistant", f"Step {step}."]
+        result = [session_id, count + 2, "tool", json.dumps({"checked": step})]
+        database.execute(_MESSAGES, [*reply, *result])
+        database.execute(
+            _STATE, [version + 1, count + 2, json.dumps(state), step == steps, session_id]
+        )
+        checkpoint = json.dumps({"step": step, "state": state})
+        usage = json.dumps({"tokens": 10})
+        database.execute(_OTHER, [session_id, checkpoint, session_id, usage, session_id, usage])
+    if step < steps:
+        floor_step.delay(session_id, step + 1, steps)
+
+
+class FloorTables:
+    """The floor's tables on a raw connection: created on entry, dropped on exit."""
+
+    def __init__(self, database: psycopg.Connection) -> None:
+        self.database = database
+
+    def __enter__(self) -> "FloorTables":
+        self._drop()
+        self.database.execute(_SCHEMA)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._drop()
+
+    def new_sessions(self, count: int) -> list[str]:
+        """Insert `count` fresh sessions; return their ids."""
+        ids = [uuid.uuid4().hex for _ in range(count)]
+        with self.database.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO bench_floor_session VALUES (%s, 0, '', NULL, 0, 0, '{}', false)",
+                [[session_id] for session_id in ids],
+            )
+        return ids
+
+    def done(self, ids: list[str]) -> int:
+        """Return how many of the sessions have taken their last step."""
+        sql = "SELECT count(*) FROM bench_floor_session WHERE id = ANY(%s) AND done"
+        return self.database.execute(sql, [ids]).fetchone()[0]
+
+    def _drop(self) -> None:
+        self.database.execute(f"DROP TABLE IF EXISTS {', '.join(_TABLES)}")
