@@ -17,7 +17,10 @@ def is_running(session_id: str) -> bool:
 
 
 def abort_session(session_id: str, reason: str | None = None) -> None:
-    """Fail the session, its run and its stream for good; a running step can no longer commit."""
+    """Fail the session, its run and its stream for good; a running step can no longer commit.
+
+    Runs queued behind the running one are dropped.
+    """
     store = get_session_store()
     error = f"Aborted: {reason}" if reason else "Aborted."
     with transaction.atomic():
@@ -37,6 +40,7 @@ def abort_session(session_id: str, reason: str | None = None) -> None:
             expected_version=state.version,
         )
         store.set_interrupt_flag(session_id, "aborted")  # Stops a running step promptly.
+        store.discard_queued_runs(session_id)  # An aborted session runs nothing more.
         if run is not None and run.status == RunStatus.RUNNING:
             store.update_run_status(run.run_id, RunStatus.FAILED, error=error)
         streams = get_stream_manager()

@@ -1,5 +1,8 @@
 """Domain errors of the runtime (see `sessions_app.errors` for the base and the mapping)."""
 
+from collections.abc import Mapping
+from typing import Any
+
 from sessions_app.errors import HelixError, InvalidInput
 
 
@@ -40,13 +43,19 @@ class InvalidResume(HelixError):
 
 
 class HookRefused(HelixError):
-    """A `before_*` lifecycle hook refused the request with its own status and body."""
+    """A `before_*` lifecycle hook refused the request; HTTP answers with the hook's response."""
 
     code = "refused-by-hook"
 
-    def __init__(self, status: int, body: dict) -> None:
-        super().__init__("A lifecycle hook refused the request.", response=body)
+    def __init__(self, status: int, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+        super().__init__("A lifecycle hook refused the request.")
         self.http_status = status
+        self.response_body = dict(body)
+        self.http_headers = dict(headers)
+
+    def http_body(self) -> dict[str, Any]:
+        """Return the body the hook answered with, as it gave it."""
+        return self.response_body
 
 
 class InvalidChatMessage(InvalidInput):

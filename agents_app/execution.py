@@ -48,7 +48,7 @@ def before(hook, body: dict[str, Any], session_id: str | None) -> None:
     """Run a `before_*` hook; raise `HookRefused` if it refuses the request."""
     result = call_hook(hook, BeforeContext(body=body, execution_state=SessionExecution(session_id)))
     if isinstance(result, AbortResult):
-        raise HookRefused(result.status, result.body)
+        raise HookRefused(result.status, result.body, result.headers)
 
 
 def after(hook, started, agent_type: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agents_app import conf
+from agents_app import conf, launch
 from agents_app.definitions import OUTPUT_TOOL_NAME, Agent, ToolInputInvalid
 from agents_app.hooks import CompleteContext, call_hook
 from agents_app.llm.base import (
@@ -386,8 +386,9 @@ class _Attempt:
     ) -> Iterator[None]:
         """End the run with what the block writes, in one transaction; then run `on_complete`.
 
-        The run takes `status` and the stream its last chunk, then ends (or fails with
-        `error`).
+        The run takes `status` and the stream its last chunk. The session's next queued run,
+        if there is one, begins in the same transaction and its chunks follow on the stream;
+        otherwise the stream ends (or fails with `error`).
         """
         with transaction.atomic():
             yield
@@ -397,13 +398,15 @@ class _Attempt:
             match status:
                 case RunStatus.COMPLETED:
                     writer.write(self._chunk(chunks.RunCompleted, output=output))
-                    self.streams.end_stream(self.state.stream_id, output)
                 case RunStatus.INTERRUPTED:
                     writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
-                    self.streams.end_stream(self.state.stream_id, None)
                 case RunStatus.FAILED:
                     writer.write(self._chunk(chunks.RunFailed, error=error))
+            if launch.begin_queued_run(self.session_id) is None:
+                if status == RunStatus.FAILED:
                     self.streams.fail_stream(self.state.stream_id, error)
+                else:
+                    self.streams.end_stream(self.state.stream_id, output)
         self._on_complete(status, result=output, error=error)
 
     def _step_messages(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[Message]:

@@ -4,7 +4,7 @@ An agent's `AgentHooks` say what to run around its runs:
 
 - `before_start`, `before_resume`, `before_retry` receive a `BeforeContext` (the request body
   and the session's `ExecutionState`) before anything is written; returning an `AbortResult`
-  refuses the request with that HTTP status and body.
+  refuses the request: the client gets that response (status, JSON body, headers) as it is.
 - `after_start`, `after_resume`, `after_retry` receive an `AfterContext` once the run is
   recorded and its first step enqueued.
 - `on_complete` receives a `CompleteContext` when a run completes, fails or is interrupted
@@ -85,10 +85,14 @@ class StartAgentRequest(_Body):
 
 @dataclass(frozen=True)
 class AbortResult:
-    """A `before_*` hook's refusal: the HTTP status (4xx or 5xx) and JSON body to answer with."""
+    """A `before_*` hook's refusal: the response to answer with, its status 4xx or 5xx.
+
+    The JSON `body` goes to the client as it is, not wrapped in the error shape.
+    """
 
     status: int
     body: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.status, bool) or not isinstance(self.status, int):

@@ -7,26 +7,24 @@ transaction commits, then runs the `after_*` hook.
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from agents_app import control, execution
+from agents_app import control, execution, launch
 from agents_app.definitions import Agent
 from agents_app.errors import AgentTypeMismatch, InvalidResume, RunNotActive
 from agents_app.hooks import AgentHooks
 from agents_app.inputs import input_messages
+from agents_app.launch import StartedRun, begin_run
 from agents_app.registry import AgentFactoryContext, get_registry
-from agents_app.tasks import run_step_task
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
     Checkpoint,
-    CheckpointMeta,
-    Message,
     SessionState,
     SessionStatus,
 )
@@ -43,13 +41,6 @@ STARTABLE = frozenset(
         SessionStatus.INTERRUPTED,
     }
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class StartedRun:
-    session_id: str
-    stream_id: str
-    run_id: str
 
 
 def agent_session_create(
@@ -89,7 +80,10 @@ def agent_start(
 ) -> StartedRun:
     """Start a run of `agent_type` on a new session, or on the caller's session `session_id`.
 
-    `message` is a string or a list of user messages with files (`agents_app.inputs`).
+    `message` is a string or a list of user messages with files (`agents_app.inputs`). While
+    the session runs a run, `HELIX["RUN_CONCURRENCY"]` says what happens: `reject` raises
+    `RunNotActive`; `enqueue` and `interrupt` queue the run (`StartedRun.queued`; no
+    `after_start` then), and `interrupt` also interrupts the running one.
     """
     messages = input_messages(message)
     store = get_session_store()
@@ -111,6 +105,7 @@ def agent_start(
         "metadata": dict(metadata or {}),
     }
     execution.before(hooks.before_start, body, session_id if existing else None)
+    policy = launch.concurrency_policy()
     with transaction.atomic():
         state = session_for_user(session_id=session_id, user=user) if existing else None
         if state is None:
@@ -125,9 +120,15 @@ def agent_start(
             )
         elif state.agent_type != agent_type:
             raise AgentTypeMismatch(state.session_id, state.agent_type, agent_type)
-        elif state.aborted or state.status not in STARTABLE or control.is_running(state.session_id):
+        elif state.aborted or state.status not in STARTABLE:
             raise RunNotActive(state.session_id, state.status, "start a run of")
-        started = _begin_run(state, run_id, messages)
+        elif control.is_running(state.session_id):
+            if policy == "reject":
+                raise RunNotActive(state.session_id, "running", "start a run of")
+            if queued := launch.queue_run(state, run_id, message):
+                return queued
+            state = session_for_user(session_id=session_id, user=user)  # Its run just ended.
+        started = begin_run(state, run_id, messages)
     execution.after(hooks.after_start, started, agent_type)
     return started
 
@@ -167,7 +168,7 @@ def agent_resume(
         if modify_state:
             state = replace(state, custom_state={**(state.custom_state or {}), **modify_state})
         previous = store.get_current_run(session_id)
-        started = _begin_run(state, uuid.uuid4().hex, messages)
+        started = begin_run(state, uuid.uuid4().hex, messages)
         _announce_resume(state, started.run_id, previous.run_id if previous else None)
     execution.after(hooks.after_resume, started, state.agent_type)
     return started
@@ -185,7 +186,7 @@ def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
         if checkpoint is not None:
             state = _at_checkpoint(state, checkpoint)
         previous = get_session_store().get_current_run(session_id)
-        started = _begin_run(state, uuid.uuid4().hex, [])
+        started = begin_run(state, uuid.uuid4().hex, [])
         _announce_resume(state, started.run_id, previous.run_id if previous else None)
     execution.after(hooks.after_retry, started, state.agent_type)
     return started
@@ -229,36 +230,6 @@ def _create_session(
         custom_state=agent.make_initial_state(),
         expires_at=expires_at,
     )
-
-
-def _begin_run(state: SessionState, run_id: str, messages: list[Message]) -> StartedRun:
-    """Record the run, commit its input and a checkpoint, and enqueue its first step.
-
-    The checkpoint is the point `retry` goes back to when the run's first step is dropped.
-    The run's metadata keeps `fromSequence`, the stream's last sequence before the run's chunks.
-    """
-    store = get_session_store()
-    writer = get_stream_manager().create_writer(state.stream_id, run_id, state.agent_type)
-    store.create_run(
-        state.session_id,
-        run_id,
-        metadata={"firstStep": state.step_count + 1, "fromSequence": writer.last_sequence},
-    )
-    store.clear_interrupt_flag(state.session_id)
-    store.save_state_and_promote_staging(
-        state.session_id,
-        replace(state, status=SessionStatus.ACTIVE, error=None, failure_reason=None),
-        messages,
-        CheckpointMeta(
-            step_id=f"{run_id}:start",
-            step_count=state.step_count,
-            stream_sequence=writer.last_sequence,
-            run_id=run_id,
-        ),
-        expected_version=state.version,
-    )
-    run_step_task.delay_on_commit(state.session_id, run_id, state.step_count + 1)
-    return StartedRun(session_id=state.session_id, stream_id=state.stream_id, run_id=run_id)
 
 
 def _restored(state: SessionState, mode: str, checkpoint_id: str | None) -> SessionState:

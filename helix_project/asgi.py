@@ -12,12 +12,15 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from helix_project.routing import websocket_urlpatterns  # noqa: E402
+from sessions_app.auth import WebsocketTokenOrSession  # noqa: E402
 
+websocket_router = URLRouter(websocket_urlpatterns)
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        "websocket": WebsocketTokenOrSession(
+            token_app=websocket_router,
+            session_app=AllowedHostsOriginValidator(AuthMiddlewareStack(websocket_router)),
         ),
     }
 )

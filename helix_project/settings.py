@@ -234,6 +234,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "SessionStatusEnum": "sessions_app.stores.types.SessionStatus",
+        "RunLaunchStatusEnum": ["started", "queued"],
+    },
 }
 
 HELIX = {
@@ -259,6 +263,9 @@ HELIX = {
     "MAX_REQUEST_BYTES": env.int("HELIX_MAX_REQUEST_BYTES", default=16 * 1024 * 1024),
     # Runs each user may start, resume or retry, e.g. "30/minute"; "" turns the limit off.
     "RUN_START_RATE": env.str("HELIX_RUN_START_RATE", default="60/minute") or None,
+    # Starting a run while one runs: "reject" (409), "enqueue" (it begins when the running one
+    # ends) or "interrupt" (enqueue, and interrupt the running one).
+    "RUN_CONCURRENCY": env.str("HELIX_RUN_CONCURRENCY", default="reject"),
     # Modules that register agents when imported.
     "AGENTS": env.list("HELIX_AGENTS", default=["agents_app.demo"]),
     # The model adapter; an agent's own `llm` settings are merged over OPTIONS.

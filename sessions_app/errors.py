@@ -4,7 +4,13 @@ Each carries a machine-readable `code` and a `details` dict; the API layer maps 
 status codes and `{"error": {"code", "message", "details"}}` bodies.
 """
 
+from collections.abc import Mapping
 from typing import Any
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    """Return the JSON body of an error; `details` is a dict, or a list of problems."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
 class HelixError(Exception):
@@ -12,11 +18,16 @@ class HelixError(Exception):
 
     code = "helix-error"
     http_status = 400
+    http_headers: Mapping[str, str] = {}
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details = details
+
+    def http_body(self) -> dict[str, Any]:
+        """Return the JSON body this error answers an HTTP request with."""
+        return error_body(self.code, self.message, self.details)
 
 
 class SessionNotFound(HelixError):

@@ -1,8 +1,8 @@
 """Domain errors as HTTP responses: one JSON body shape for every API surface.
 
 `{"error": {"code": "...", "message": "...", "details": {...}}}`, with the status each
-`HelixError` subclass declares. DRF views use `exception_handler`; plain Django views (the SSE
-stream) use `error_response`.
+`HelixError` subclass declares (a lifecycle hook's refusal answers with its own body instead).
+DRF views use `exception_handler`; plain Django views (the SSE stream) use `error_response`.
 """
 
 from typing import Any
@@ -13,19 +13,12 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from sessions_app.errors import HelixError
-
-
-def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Return the JSON body of an error."""
-    return {"error": {"code": code, "message": message, "details": details or {}}}
+from sessions_app.errors import HelixError, error_body
 
 
 def error_response(error: HelixError) -> JsonResponse:
     """Return a domain error as a JSON response with its HTTP status."""
-    return JsonResponse(
-        error_body(error.code, error.message, error.details), status=error.http_status
-    )
+    return JsonResponse(error.http_body(), status=error.http_status, headers=error.http_headers)
 
 
 def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -40,7 +33,7 @@ def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render domain errors and DRF's own errors in the Helix error shape."""
     if isinstance(exc, HelixError):
-        return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+        return Response(exc.http_body(), status=exc.http_status, headers=exc.http_headers)
     response = drf_exception_handler(exc, context)
     if response is None or not isinstance(exc, exceptions.APIException):
         return response

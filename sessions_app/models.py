@@ -225,6 +225,23 @@ class Run(models.Model):
         return f"run {self.id} (turn {self.turn}) of {self.session_id}"
 
 
+class QueuedRun(models.Model):
+    """A run started while another was running, begun when that one ends (`RUN_CONCURRENCY`)."""
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.DB_CASCADE, related_name="queued_runs", db_index=False
+    )
+    run_id = models.CharField(max_length=255, unique=True)
+    input = models.JSONField()
+    queued_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "id"], name="queuedrun_session_order")]
+
+    def __str__(self) -> str:
+        return f"queued run {self.run_id} of {self.session_id}"
+
+
 class Checkpoint(models.Model):
     id = models.CharField(primary_key=True, max_length=255, default=generate_id)
     session = models.ForeignKey(

@@ -13,9 +13,9 @@ from rest_framework.views import APIView
 
 from agents_app.api.fields import MetadataField, StrictCharField, TagsField
 from agents_app.api.throttles import RunStartThrottle
+from agents_app.launch import StartedRun
 from agents_app.selectors import agent_status
 from agents_app.services import (
-    StartedRun,
     agent_abort,
     agent_interrupt,
     agent_resume,
@@ -66,6 +66,10 @@ class StartedOutput(serializers.Serializer):
     runId = serializers.CharField()
     streamUrl = serializers.CharField()
     websocketUrl = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=["started", "queued"],
+        help_text="`queued`: it begins when the session's running run ends (RUN_CONCURRENCY).",
+    )
 
 
 def started(request: Request, run: StartedRun) -> Response:
@@ -78,6 +82,7 @@ def started(request: Request, run: StartedRun) -> Response:
         "runId": run.run_id,
         "streamUrl": request.build_absolute_uri(stream_path),
         "websocketUrl": f"{scheme}://{request.get_host()}/ws/sessions/{run.session_id}/stream",
+        "status": "queued" if run.queued else "started",
     }
     return Response(StartedOutput(body).data, status=status.HTTP_202_ACCEPTED)
 

@@ -34,6 +34,7 @@ from sessions_app.stores.types import (
     Message,
     PaginatedMessages,
     PaginatedSessions,
+    QueuedRun,
     RunRecord,
     RunStatus,
     SessionOrdering,
@@ -355,6 +356,30 @@ class SessionStateStore(abc.ABC):
     def list_runs(self, session_id: str) -> list[RunRecord]:
         """Return the session's runs by turn."""
 
+    # Queued runs
+
+    @abc.abstractmethod
+    def queue_run(self, session_id: str, run_id: str, run_input: Any) -> bool:
+        """Queue a run to begin when the session's running run ends; return whether it queued.
+
+        Queues nothing and returns False when no run is running. The check and the write hold
+        the session (its row, on the ORM) as the commit that ends a run does, so the end of
+        the run it waits for always sees a run queued here. `run_input` is JSON.
+        Raises `SessionNotFound`.
+        """
+
+    @abc.abstractmethod
+    def take_queued_run(self, session_id: str) -> QueuedRun | None:
+        """Remove and return the session's oldest queued run, or `None` when none is queued."""
+
+    @abc.abstractmethod
+    def list_queued_runs(self, session_id: str) -> list[QueuedRun]:
+        """Return the session's queued runs, oldest first."""
+
+    @abc.abstractmethod
+    def discard_queued_runs(self, session_id: str) -> int:
+        """Remove every queued run of the session; return how many there were."""
+
     # Staging
 
     @abc.abstractmethod
@@ -430,6 +455,10 @@ class SessionStateStore(abc.ABC):
     aupdate_run_status = async_twin(update_run_status)
     aget_current_run = async_twin(get_current_run)
     alist_runs = async_twin(list_runs)
+    aqueue_run = async_twin(queue_run)
+    atake_queued_run = async_twin(take_queued_run)
+    alist_queued_runs = async_twin(list_queued_runs)
+    adiscard_queued_runs = async_twin(discard_queued_runs)
     astage_changes = async_twin(stage_changes)
     apromote_staging = async_twin(promote_staging)
     arollback_staging = async_twin(rollback_staging)

@@ -42,6 +42,7 @@ from sessions_app.stores.types import (
     Message,
     PaginatedMessages,
     PaginatedSessions,
+    QueuedRun,
     RunRecord,
     RunStatus,
     SessionOrdering,
@@ -100,6 +101,7 @@ class InMemorySessionStateStore(SessionStateStore):
         self._leases: dict[str, tuple[str, datetime]] = {}
         self._sub_session_refs: dict[str, dict[str, SubSessionRef]] = {}
         self._runs: dict[str, RunRecord] = {}
+        self._queued: dict[str, list[QueuedRun]] = {}
         self._checkpoints: dict[str, list[Checkpoint]] = {}
         self._staged: dict[str, dict[tuple[str, str], StagedChange]] = {}
 
@@ -168,6 +170,7 @@ class InMemorySessionStateStore(SessionStateStore):
             self._staged.pop(session_id)
             for run_id in [r.run_id for r in self._runs.values() if r.session_id == session_id]:
                 del self._runs[run_id]
+            self._queued.pop(session_id, None)
             return True
 
     def update_labels(self, session_id: str, labels: Mapping[str, Any]) -> SessionState:
@@ -577,6 +580,34 @@ class InMemorySessionStateStore(SessionStateStore):
             self._get(session_id)
             runs = [run for run in self._runs.values() if run.session_id == session_id]
             return copy.deepcopy(sorted(runs, key=lambda run: run.turn))
+
+    # Queued runs
+
+    def queue_run(self, session_id: str, run_id: str, run_input: Any) -> bool:
+        run_id = rules.check_identifier("run id", run_id)
+        queued = QueuedRun(
+            run_id=run_id, session_id=session_id, input=_json(run_input), queued_at=timezone.now()
+        )
+        with self._lock:
+            self._get(session_id)
+            run = self.get_current_run(session_id)
+            if run is None or run.status != RunStatus.RUNNING:
+                return False
+            self._queued.setdefault(session_id, []).append(queued)
+            return True
+
+    def take_queued_run(self, session_id: str) -> QueuedRun | None:
+        with self._lock:
+            queue = self._queued.get(session_id)
+            return copy.deepcopy(queue.pop(0)) if queue else None
+
+    def list_queued_runs(self, session_id: str) -> list[QueuedRun]:
+        with self._lock:
+            return copy.deepcopy(self._queued.get(session_id, []))
+
+    def discard_queued_runs(self, session_id: str) -> int:
+        with self._lock:
+            return len(self._queued.pop(session_id, []))
 
     # Staging
 

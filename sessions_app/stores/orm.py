@@ -42,6 +42,7 @@ from sessions_app.stores.types import (
     MessageRole,
     PaginatedMessages,
     PaginatedSessions,
+    QueuedRun,
     RunRecord,
     RunStatus,
     SessionOrdering,
@@ -578,6 +579,37 @@ class ORMSessionStateStore(SessionStateStore):
             _run(row) for row in models.Run.objects.filter(session_id=session_id).order_by("turn")
         ]
 
+    # Queued runs
+
+    def queue_run(self, session_id: str, run_id: str, run_input: Any) -> bool:
+        run_id = rules.check_identifier("run id", run_id)
+        with transaction.atomic():
+            _lock(session_id)
+            run = self.get_current_run(session_id)
+            if run is None or run.status != RunStatus.RUNNING:
+                return False
+            models.QueuedRun.objects.create(session_id=session_id, run_id=run_id, input=run_input)
+        return True
+
+    def take_queued_run(self, session_id: str) -> QueuedRun | None:
+        with transaction.atomic():
+            row = (
+                models.QueuedRun.objects.select_for_update()
+                .filter(session_id=session_id)
+                .order_by("id")
+                .first()
+            )
+            if row is not None:
+                row.delete()
+        return None if row is None else _queued_run(row)
+
+    def list_queued_runs(self, session_id: str) -> list[QueuedRun]:
+        rows = models.QueuedRun.objects.filter(session_id=session_id).order_by("id")
+        return [_queued_run(row) for row in rows]
+
+    def discard_queued_runs(self, session_id: str) -> int:
+        return models.QueuedRun.objects.filter(session_id=session_id).delete()[0]
+
     # Staging
 
     def stage_changes(
@@ -669,6 +701,12 @@ class ORMSessionStateStore(SessionStateStore):
 
 
 # Locking and writing
+
+
+def _queued_run(row: models.QueuedRun) -> QueuedRun:
+    return QueuedRun(
+        run_id=row.run_id, session_id=row.session_id, input=row.input, queued_at=row.queued_at
+    )
 
 
 def _lock(session_id: str, *fields: str) -> dict[str, Any]:

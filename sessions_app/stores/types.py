@@ -327,3 +327,13 @@ class RunRecord:
     metadata: dict[str, Any]
     started_at: datetime
     completed_at: datetime | None
+
+
+@dataclass(kw_only=True, slots=True)
+class QueuedRun:
+    """A run waiting for the session's running run to end; `input` is what it starts from."""
+
+    run_id: str
+    session_id: str
+    input: Any
+    queued_at: datetime

@@ -59,7 +59,7 @@ def test_a_refusing_hook_writes_nothing_and_answers_with_its_status(owner, hooke
         services.agent_start(user=owner, agent_type="hooked", message="Hi")
 
     assert caught.value.http_status == 401
-    assert caught.value.details == {"response": {"error": "User ID required"}}
+    assert caught.value.http_body() == {"error": "User ID required"}
     assert not AgentSession.objects.exists()
     assert "after" not in hooked
 

@@ -4,10 +4,11 @@ Threads here are real writers (`tests.threads.run_in_threads`).
 """
 
 import dataclasses
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -21,6 +22,7 @@ from sessions_app.stores.types import (
     Message,
     MessageRole,
     ReplaceOp,
+    RunStatus,
     SessionStatus,
     StagedChangeStatus,
     StagedToolChange,
@@ -195,3 +197,34 @@ def test_two_sweeps_at_once_reap_each_session_exactly_once(store):
     assert first.isdisjoint(second)
     assert first | second == expected
     assert store.list_sessions(status=SessionStatus.FAILED, limit=100).total == 40
+
+
+def test_a_run_queued_while_the_running_run_ends_is_never_stranded(store, session_id):
+    """Queuing and ending race; the run's end either takes the queued run or refuses to queue.
+
+    The end does what the executor's last commit does, in one transaction: write the state
+    (which holds the session), end the run, then take the next queued run.
+    """
+    stranded = []
+    for round_number in range(20):
+        run_id = f"run-{round_number}"
+        store.create_run(session_id, run_id)
+
+        def end_or_queue(writer: int, run_id=run_id):
+            if writer == 1:
+                return store.queue_run(session_id, f"{run_id}-next", "Hi")
+            with transaction.atomic():
+                state = store.load_state(session_id)
+                store.save_state(session_id, state, expected_version=state.version)
+                time.sleep(0.01)  # Widen the window in which the queue could slip past.
+                store.update_run_status(run_id, RunStatus.COMPLETED)
+                return store.take_queued_run(session_id)
+
+        taken, queued = run_in_threads(2, end_or_queue)
+
+        assert not isinstance(taken, Exception), taken
+        assert not isinstance(queued, Exception), queued
+        if queued and taken is None:
+            stranded.append(round_number)
+        store.discard_queued_runs(session_id)
+    assert stranded == []

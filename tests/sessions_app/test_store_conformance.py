@@ -1101,6 +1101,41 @@ def test_run_operations_on_missing_things(store):
     assert caught.value.code == "run-not-found"
 
 
+# Queued runs
+
+
+def test_a_run_queues_only_while_one_is_running_and_is_taken_oldest_first(store, session_id):
+    assert store.queue_run(session_id, "early", "Hi") is False
+    store.create_run(session_id, "run-1")
+
+    first = store.queue_run(session_id, "run-2", "Add 2")
+    second = store.queue_run(session_id, "run-3", [{"role": "user", "content": "Add 3"}])
+
+    assert (first, second) == (True, True)
+    queued = store.list_queued_runs(session_id)
+    assert [(q.run_id, q.session_id, q.input) for q in queued] == [
+        ("run-2", session_id, "Add 2"),
+        ("run-3", session_id, [{"role": "user", "content": "Add 3"}]),
+    ]
+    assert store.take_queued_run(session_id) == queued[0]
+    assert store.list_queued_runs(session_id) == queued[1:]
+    store.update_run_status("run-1", RunStatus.COMPLETED)
+    assert store.queue_run(session_id, "late", "Hi") is False
+    assert store.discard_queued_runs(session_id) == 1
+    assert store.take_queued_run(session_id) is None
+
+
+def test_queued_runs_go_with_their_session(store, session_id):
+    store.create_run(session_id, "run-1")
+    store.queue_run(session_id, "run-2", "Hi")
+
+    store.delete_session(session_id)
+
+    assert store.list_queued_runs(session_id) == []
+    with pytest.raises(SessionNotFound):
+        store.queue_run(session_id, "run-3", "Hi")
+
+
 # Staging
 
 

@@ -5,6 +5,7 @@ import json
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from rest_framework.authtoken.models import Token
 
 from helix_project.asgi import application
 from streams_app.backends import get_stream_manager
@@ -149,3 +150,49 @@ async def test_a_long_replay_is_batched_into_few_frames(owner, owned_session):
     ]
     assert [e["sequence"] for e in events if e["type"] == "chunk"] == list(range(1, 10_001))
     assert len(frames) <= 20
+
+
+async def test_a_token_authenticates_a_websocket_without_an_origin(owner, owned_session):
+    token = await database_sync_to_async(Token.objects.create)(user=owner)
+    await database_sync_to_async(write)(owned_session, "a", end="done")
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{owned_session}/stream",
+        headers=[(b"authorization", f"Token {token.key}".encode())],
+    )
+
+    connected, _ = await communicator.connect()
+    events = await receive_events(communicator)
+
+    assert connected
+    assert [e.get("sequence") for e in events] == [1, None, None]
+
+
+@pytest.mark.parametrize("key", ["not-a-token", "stranger"])
+async def test_a_bad_or_foreign_token_is_refused_like_a_missing_session(
+    owner, stranger, owned_session, key
+):
+    if key == "stranger":
+        key = (await database_sync_to_async(Token.objects.create)(user=stranger)).key
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{owned_session}/stream",
+        headers=[(b"authorization", f"Token {key}".encode())],
+    )
+
+    connected, code = await communicator.connect()
+
+    assert (connected, code) == (False, 1000)  # Refused before accept, as a missing session is.
+
+
+async def test_a_session_cookie_from_a_foreign_origin_is_refused(owner, owned_session):
+    cookie = await database_sync_to_async(session_cookie)(owner)
+    communicator = WebsocketCommunicator(
+        application,
+        f"/ws/sessions/{owned_session}/stream",
+        headers=[(b"origin", b"http://evil.example"), (b"cookie", cookie.encode())],
+    )
+
+    connected, _ = await communicator.connect()
+
+    assert not connected
