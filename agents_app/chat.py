@@ -95,7 +95,8 @@ def _current(session_id: str) -> ChatRun:
         session_id=session_id,
         stream_id=state.stream_id,
         run_id=run.run_id,
-        from_sequence=run.metadata.get("fromSequence", 0),
+        # After a suspension, the run's continuation; else the run from its first chunk.
+        from_sequence=run.metadata.get("resumedFromSequence", run.metadata.get("fromSequence", 0)),
     )
 
 

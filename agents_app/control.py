@@ -41,7 +41,7 @@ def abort_session(session_id: str, reason: str | None = None) -> None:
         )
         store.set_interrupt_flag(session_id, "aborted")  # Stops a running step promptly.
         store.discard_queued_runs(session_id)  # An aborted session runs nothing more.
-        if run is not None and run.status == RunStatus.RUNNING:
+        if run is not None and run.status in (RunStatus.RUNNING, RunStatus.SUSPENDED):
             store.update_run_status(run.run_id, RunStatus.FAILED, error=error)
         streams = get_stream_manager()
         info = streams.get_stream_info(state.stream_id)

@@ -94,21 +94,38 @@ class Tool:
     `execute(input, ctx)` receives an instance of `input_model` and a `ToolContext`; it may be
     sync or async. What it returns must have a JSON form (pydantic models are dumped); with an
     `output_model`, it must also validate as one.
+
+    Two kinds of tool stop the run until a person acts (the run suspends; no worker waits):
+    a client tool (`client=True`, no `execute`) is run by the client, which submits its result;
+    an approval tool (`needs_approval=True`) runs on the server once a person approves the call,
+    and a rejected call's result says so.
     """
 
     name: str
     description: str
     input_model: type[BaseModel]
-    execute: ToolFunction
+    execute: ToolFunction | None = None
     output_model: type[BaseModel] | None = None
+    client: bool = False
+    needs_approval: bool = False
 
     def __post_init__(self) -> None:
         _check_name("Tool", self.name)
         _check_model(f"Tool {self.name!r}: input_model", self.input_model)
         if self.output_model is not None:
             _check_model(f"Tool {self.name!r}: output_model", self.output_model)
-        if not callable(self.execute):
+        if self.client:
+            if self.execute is not None or self.needs_approval:
+                raise InvalidDefinition(
+                    f"Tool {self.name!r}: a client tool has no execute and needs no approval."
+                )
+        elif not callable(self.execute):
             raise InvalidDefinition(f"Tool {self.name!r}: execute must be callable.")
+
+    @property
+    def suspends(self) -> bool:
+        """Return whether a call of it suspends the run until a person acts."""
+        return self.client or self.needs_approval
 
     def json_schema(self) -> dict[str, Any]:
         """Return the JSON schema of the tool's input, as sent to the model."""

@@ -42,6 +42,20 @@ class InvalidResume(HelixError):
         super().__init__(f"Cannot resume session {session_id!r}: {problem}.", session_id=session_id)
 
 
+class UnknownToolCall(HelixError):
+    """A tool result names a call the session does not wait for."""
+
+    code = "unknown-tool-call"
+    http_status = 409
+
+    def __init__(self, session_id: str, tool_call_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} is not waiting for a result of tool call {tool_call_id!r}.",
+            session_id=session_id,
+            tool_call_id=tool_call_id,
+        )
+
+
 class HookRefused(HelixError):
     """A `before_*` lifecycle hook refused the request; HTTP answers with the hook's response."""
 

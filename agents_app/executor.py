@@ -43,6 +43,7 @@ from agents_app.llm.base import (
     build_adapter,
 )
 from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.state import StateDraft
 from agents_app.tool_calls import StepScope, ToolOutcome, run_tool_calls
 from agents_app.watcher import StepWatch
 from sessions_app.errors import SessionNotFound, VersionConflict
@@ -174,6 +175,8 @@ class _Attempt:
         self.holder = holder
         self.step_id = f"{run.run_id}:{step}"
         self.llm_stream = None
+        # The suspended step's calls, with what people submitted for them; committed first.
+        self.drained: list[ToolOutcome] = []
         self.agent = get_registry().resolve(
             state.agent_type,
             AgentFactoryContext(
@@ -190,6 +193,8 @@ class _Attempt:
         if recover:
             self._recover()
         writer = self.open_writer()
+        if self.state.pending_client_tool_calls:  # What people submitted, before all else.
+            self.drained = self._drain(writer)
         if (flag := self.state.interrupt_flag) is not None:  # Read with the lease.
             return self._interrupt(writer, flag.reason, reply=None, outcomes=[])
         with StepWatch(
@@ -203,12 +208,15 @@ class _Attempt:
                 reply = self._call_model(writer, watch)
             except LLMError as error:
                 return self.fail(writer, f"The model failed: {error}", failure_reason="llm_error")
-            outcomes = [] if watch.stopped else self._run_tools(reply, writer)
+            held = self._held_calls(reply)
+            outcomes = [] if watch.stopped else self._run_tools(reply, writer, held)
         if watch.lease_lost:
             raise LeaseLost(f"Lease of session {self.session_id!r} lost to another worker.")
         if watch.interrupted:
             flag = self.store.check_interrupt_flag(self.session_id)
             return self._interrupt(writer, flag and flag.reason, reply, outcomes)
+        if held:
+            return self._suspend(writer, reply, outcomes, held)
         return self._finish_step(writer, reply, outcomes)
 
     def open_writer(self) -> StreamWriter:
@@ -298,20 +306,139 @@ class _Attempt:
             page = self.store.get_messages(self.session_id, offset=len(messages), limit=500)
             messages += page.messages
             if not page.has_more:
-                return messages
+                return messages + self._drained_messages()
+
+    def _drained_messages(self) -> list[Message]:
+        return [_tool_message(o.call, o.result) for o in self.drained]
 
     # Tools
 
-    def _run_tools(self, reply: _Reply, writer: StreamWriter) -> list[ToolOutcome]:
-        calls = [call for call in reply.tool_calls if call.name != OUTPUT_TOOL_NAME]
-        scope = StepScope(
+    def _run_tools(
+        self, reply: _Reply, writer: StreamWriter, held: list[ToolCall]
+    ) -> list[ToolOutcome]:
+        """Run the reply's server tool calls; the `held` ones wait for a person."""
+        held_ids = {call.id for call in held}
+        calls = [c for c in reply.tool_calls if c.name != OUTPUT_TOOL_NAME and c.id not in held_ids]
+        return run_tool_calls(self.agent, calls, self._scope(writer), self.state.custom_state)
+
+    def _scope(self, writer: StreamWriter) -> StepScope:
+        return StepScope(
             session_id=self.session_id,
             run_id=self.run_record.run_id,
             agent_type=self.state.agent_type,
             step=self.step,
             writer=writer,
         )
-        return run_tool_calls(self.agent, calls, scope, self.state.custom_state)
+
+    def _held_calls(self, reply: _Reply) -> list[ToolCall]:
+        """Return the reply's calls of client and approval tools, which suspend the run."""
+        tools = {tool.name: tool for tool in self.agent.all_tools()}
+        return [
+            call
+            for call in reply.tool_calls
+            if call.name in tools and tools[call.name].suspends and not call.invalid_arguments
+        ]
+
+    # Suspension
+
+    def _suspend(
+        self, writer: StreamWriter, reply: _Reply, outcomes: list[ToolOutcome], held
+    ) -> StepOutcome:
+        """Commit the step with its held calls pending and suspend the run; nothing waits.
+
+        The calls, the suspended status and the run's `suspended` status commit together.
+        """
+        tools = {tool.name: tool for tool in self.agent.all_tools()}
+        pending = {
+            call.id: {
+                "toolName": call.name,
+                "input": call.arguments,
+                "kind": "client" if tools[call.name].client else "approval",
+                "order": order,
+            }
+            for order, call in enumerate(held)
+        }
+        partial = bool(outcomes)
+        with transaction.atomic():
+            for call in held:
+                fields = {"tool_call_id": call.id, "tool_name": call.name, "input": call.arguments}
+                writer.write(self._chunk(chunks.ToolCallStart, **fields))
+                if pending[call.id]["kind"] == "approval":
+                    writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
+            writer.write(
+                self._chunk(
+                    chunks.RunSuspended,
+                    reason="step_partial" if partial else "client_tool",
+                    pending_tool_call_ids=list(pending),
+                )
+            )
+            self._commit(
+                writer,
+                self._step_messages(reply, outcomes),
+                outcomes,
+                reply,
+                SessionStatus.SUSPENDED_STEP_PARTIAL
+                if partial
+                else SessionStatus.SUSPENDED_CLIENT_TOOL,
+                pending=pending,
+            )
+            self.store.update_run_status(
+                self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
+            )
+        return StepOutcome()
+
+    def _drain(self, writer: StreamWriter) -> list[ToolOutcome]:
+        """Return the suspended step's calls as outcomes of what people submitted for them.
+
+        Approved calls run now (their start was announced when the run suspended); client
+        results and rejections become results as they are.
+        """
+        entries = sorted(
+            self.state.pending_client_tool_calls.items(), key=lambda item: item[1]["order"]
+        )
+        calls = {
+            call_id: ToolCall(id=call_id, name=entry["toolName"], arguments=entry["input"])
+            for call_id, entry in entries
+        }
+        approved = [
+            calls[call_id]
+            for call_id, entry in entries
+            if entry["kind"] == "approval" and entry["submission"]["approved"]
+        ]
+        ran = {
+            outcome.call.id: outcome
+            for outcome in run_tool_calls(
+                self.agent, approved, self._scope(writer), self.state.custom_state, announce=False
+            )
+        }
+        outcomes = []
+        for call_id, entry in entries:
+            if call_id in ran:
+                outcomes.append(ran[call_id])
+                continue
+            submission = entry["submission"]
+            rejected = entry["kind"] == "approval"
+            result = _rejection(submission.get("reason")) if rejected else submission["result"]
+            writer.write(
+                self._chunk(
+                    chunks.ToolResult,
+                    tool_call_id=call_id,
+                    tool_name=entry["toolName"],
+                    result=result,
+                    is_error=rejected,
+                )
+            )
+            outcomes.append(
+                ToolOutcome(
+                    call=calls[call_id],
+                    result=result,
+                    is_error=rejected,
+                    draft=StateDraft(self.state.custom_state or {}),
+                    duration_ms=0,
+                    custom_metrics=[],
+                )
+            )
+        return outcomes
 
     # Ending the step
 
@@ -429,8 +556,15 @@ class _Attempt:
         *,
         output: Any = None,
         error: str | None = None,
+        pending: dict[str, Any] | None = None,
     ) -> None:
-        """Commit the step: messages, state, staging, checkpoint and usage, and free the lease."""
+        """Commit the step: messages, state, staging, checkpoint and usage, and free the lease.
+
+        The drained calls of a suspended step come first; `pending` are the calls the step
+        suspends on.
+        """
+        messages = [*self._drained_messages(), *messages]
+        outcomes = [*self.drained, *outcomes]
         custom_state, warnings = apply_merge_ops(
             self.state.custom_state,
             StepWrites(ops=[op for o in outcomes for op in o.draft.ops()]),
@@ -444,6 +578,8 @@ class _Attempt:
             status=status,
             output=output if status == SessionStatus.COMPLETED else self.state.output,
             error=error,
+            pending_client_tool_calls=pending or {},
+            suspended_step_id=self.step_id if pending else None,
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         with transaction.atomic():
@@ -528,6 +664,12 @@ def _parse_output(agent: Agent, call: ToolCall) -> tuple[Any, str | None]:
         return agent.parse_output(call.arguments), None
     except ToolInputInvalid as error:
         return None, error.message
+
+
+def _rejection(reason: str | None) -> dict[str, str]:
+    """Return the result of a tool call a person rejected."""
+    because = f": {reason}" if reason else "."
+    return {"error": f"The user rejected this tool call{because}"}
 
 
 def _tool_message(call: ToolCall, result: Any) -> Message:

@@ -96,19 +96,24 @@ def run_tool_calls(
     calls: Sequence[ToolCall],
     scope: StepScope,
     custom_state: dict[str, Any] | None,
+    *,
+    announce: bool = True,
 ) -> list[ToolOutcome]:
     """Run the calls in parallel threads; return their outcomes in call order.
 
-    A lone call runs in the step's own thread: there is nothing to run beside it.
+    Each call's start (unless not `announce`, when an earlier step announced it) and result go
+    to the stream. A lone call runs in the step's own thread: there is nothing to run beside it.
     """
     tools = {tool.name: tool for tool in agent.all_tools()}
     if len(calls) < 2:
-        return [_run_one(tools.get(call.name), call, scope, custom_state) for call in calls]
+        return [
+            _run_one(tools.get(call.name), call, scope, custom_state, announce) for call in calls
+        ]
     with ThreadPoolExecutor(
         max_workers=min(MAX_PARALLEL_TOOL_CALLS, len(calls)), thread_name_prefix="helix-tool"
     ) as pool:
         futures = [
-            pool.submit(_run_in_thread, tools.get(call.name), call, scope, custom_state)
+            pool.submit(_run_in_thread, tools.get(call.name), call, scope, custom_state, announce)
             for call in calls
         ]
         return [future.result() for future in futures]
@@ -123,13 +128,20 @@ def _run_in_thread(*args: Any) -> ToolOutcome:
 
 
 def _run_one(
-    tool: Tool | None, call: ToolCall, scope: StepScope, custom_state: dict[str, Any] | None
+    tool: Tool | None,
+    call: ToolCall,
+    scope: StepScope,
+    custom_state: dict[str, Any] | None,
+    announce: bool,
 ) -> ToolOutcome:
-    """Run one call, announcing it and its result on the stream."""
+    """Run one call, announcing it (if `announce`) and its result on the stream."""
     context = ToolCallContext(
         scope=scope, tool_call_id=call.id, state=StateDraft(custom_state or {})
     )
-    _write(scope, ToolCallStart, tool_call_id=call.id, tool_name=call.name, input=call.arguments)
+    if announce:
+        _write(
+            scope, ToolCallStart, tool_call_id=call.id, tool_name=call.name, input=call.arguments
+        )
     started = time.monotonic()
     result, is_error = _execute(tool, call, context)
     duration_ms = round((time.monotonic() - started) * 1000)

@@ -2,9 +2,10 @@
 
 `UIStreamEncoder` turns the run's stored chunks, in sequence order, into UI message chunks:
 one assistant message per run (`start` ... `finish`), a `start-step`/`finish-step` pair per
-agent step, text and reasoning blocks, and `dynamic-tool` calls with their outputs. The run's
-structured output is a `data-output` part; custom chunks are `data-<name>` parts. The stream
-ends at the run's end (completed, interrupted, suspended or failed) with `data: [DONE]`.
+agent step, text and reasoning blocks, and `dynamic-tool` calls with their outputs (an approval
+tool's call with its approval request). The run's structured output is a `data-output` part;
+custom chunks are `data-<name>` parts. The stream ends at the run's end (completed,
+interrupted, suspended or failed) with `data: [DONE]`.
 """
 
 import json
@@ -29,7 +30,14 @@ ENDINGS = {
     "run_failed": "error",
 }
 # Chunks drawn in the assistant message; the others (state, sub-agents, ...) are left out.
-DRAWN = {"text_delta", "reasoning_delta", "tool_call_start", "tool_result", "custom"}
+DRAWN = {
+    "text_delta",
+    "reasoning_delta",
+    "tool_call_start",
+    "tool_approval_request",
+    "tool_result",
+    "custom",
+}
 
 
 class UIStreamEncoder:
@@ -89,6 +97,14 @@ class UIStreamEncoder:
                         "toolName": chunk["toolName"],
                         "input": chunk.get("input"),
                         "dynamic": True,
+                    }
+                )
+            case "tool_approval_request":  # The call's id is its approval's id.
+                parts.append(
+                    {
+                        "type": "tool-approval-request",
+                        "approvalId": chunk["toolCallId"],
+                        "toolCallId": chunk["toolCallId"],
                     }
                 )
             case "tool_result":

@@ -200,6 +200,7 @@ class SubSessionRef(models.Model):
 class Run(models.Model):
     class Status(models.TextChoices):
         RUNNING = "running"
+        SUSPENDED = "suspended"  # Waiting for a person: no step runs until they act.
         COMPLETED = "completed"
         FAILED = "failed"
         INTERRUPTED = "interrupted"

@@ -5,13 +5,14 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 
 from sessions_app.errors import SessionNotFound
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.base import SessionStateStore
-from sessions_app.stores.types import LIVE_STATUSES, SessionState, SessionStatus
+from sessions_app.stores.types import LIVE_STATUSES, RunStatus, SessionState, SessionStatus
 
 DEFAULT_EXPIRY_ERROR = "Session expired"
 EXPIRED_FAILURE_REASON = "expired"
@@ -68,8 +69,12 @@ def expired_session_cleanup(
         cursor = (batch[-1].expires_at, batch[-1].session_id)
 
 
+@transaction.atomic
 def _reap(store: SessionStateStore, session_id: str, version: int, error: str) -> bool:
-    """Fail one expired session if it is still as it was listed; return whether it was."""
+    """Fail one expired session, and its unfinished run, if it is still as it was listed.
+
+    Return whether it was failed.
+    """
     try:
         result = store.compare_and_set_status(
             session_id,
@@ -81,4 +86,7 @@ def _reap(store: SessionStateStore, session_id: str, version: int, error: str) -
         )
     except SessionNotFound:
         return False
+    run = store.get_current_run(session_id) if result.ok else None
+    if run is not None and run.status in (RunStatus.RUNNING, RunStatus.SUSPENDED):
+        store.update_run_status(run.run_id, RunStatus.FAILED, error=error)
     return result.ok

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from agents_app.api import chat, records, runs, sessions
+from agents_app.api import chat, records, runs, sessions, tool_results
 
 SESSION = "sessions/<session_id:session_id>/"
 CHAT = "chat/<session_id:session_id>/"
@@ -21,6 +21,11 @@ urlpatterns = [
     path(SESSION + "snapshot", records.SnapshotView.as_view(), name="session-snapshot"),
     path("chat", chat.ChatView.as_view(), name="chat"),
     path(CHAT + "stream", chat.ChatStreamView.as_view(), name="chat-stream"),
+    path(
+        CHAT + "submit-tool-result",
+        tool_results.SubmitToolResultView.as_view(),
+        name="chat-submit-tool-result",
+    ),
     path(CHAT + "interrupt", chat.ChatInterruptView.as_view(), name="chat-interrupt"),
     path(CHAT + "abort", runs.AbortView.as_view(), name="chat-abort"),
 ]

@@ -345,8 +345,13 @@ class SessionStateStore(abc.ABC):
         step_count: int | None = None,
         error: str | None = None,
         completed_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunRecord:
-        """Set a run's status; a run leaving `running` gets `completed_at` (default now)."""
+        """Set a run's status; a run that ends gets `completed_at` (default now).
+
+        A `running` or `suspended` run has no `completed_at`. `metadata` keys are merged into
+        the run's metadata.
+        """
 
     @abc.abstractmethod
     def get_current_run(self, session_id: str) -> RunRecord | None:

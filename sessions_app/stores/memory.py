@@ -549,6 +549,7 @@ class InMemorySessionStateStore(SessionStateStore):
         step_count: int | None = None,
         error: str | None = None,
         completed_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         status = RunStatus(status)
         if step_count is not None:
@@ -559,10 +560,10 @@ class InMemorySessionStateStore(SessionStateStore):
                 raise RunNotFound(run_id)
             changes: dict[str, Any] = {
                 "status": status,
-                "completed_at": (
-                    None if status == RunStatus.RUNNING else completed_at or timezone.now()
-                ),
+                "completed_at": rules.run_completed_at(status, completed_at),
             }
+            if metadata:
+                changes["metadata"] = {**record.metadata, **_json(dict(metadata))}
             if step_count is not None:
                 changes["step_count"] = step_count
             if error is not None:

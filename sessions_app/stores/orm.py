@@ -547,6 +547,7 @@ class ORMSessionStateStore(SessionStateStore):
         step_count: int | None = None,
         error: str | None = None,
         completed_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> RunRecord:
         status = RunStatus(status)
         if step_count is not None:
@@ -556,10 +557,11 @@ class ORMSessionStateStore(SessionStateStore):
             if row is None:
                 raise RunNotFound(run_id)
             row.status = status
-            row.completed_at = (
-                None if status == RunStatus.RUNNING else completed_at or timezone.now()
-            )
+            row.completed_at = rules.run_completed_at(status, completed_at)
             update_fields = ["status", "completed_at"]
+            if metadata:
+                row.metadata = {**row.metadata, **metadata}
+                update_fields.append("metadata")
             if step_count is not None:
                 row.step_count = step_count
                 update_fields.append("step_count")

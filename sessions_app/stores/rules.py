@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from sessions_app.errors import MessageIdConflict, StateSizeExceeded
 from sessions_app.models import generate_id
 from sessions_app.stores.types import (
@@ -20,6 +22,7 @@ from sessions_app.stores.types import (
     Message,
     MessageRole,
     ReplaceOp,
+    RunStatus,
     SessionState,
     SessionStatus,
     StagedToolChange,
@@ -94,6 +97,13 @@ def check_labels(labels: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(checked.get("expires_at"), datetime | None):
         raise ValueError("expires_at must be a datetime or None.")
     return checked
+
+
+def run_completed_at(status: RunStatus, completed_at: datetime | None) -> datetime | None:
+    """Return when a run with `status` completed: not yet while it runs or is suspended."""
+    if status in (RunStatus.RUNNING, RunStatus.SUSPENDED):
+        return None
+    return completed_at or timezone.now()
 
 
 def lease_is_live(holder: str, expires_at: datetime | None, now: datetime) -> bool:

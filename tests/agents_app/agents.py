@@ -12,9 +12,16 @@ from pydantic import BaseModel
 from agents_app.definitions import Agent, Tool
 from agents_app.hooks import AgentHooks, CompleteContext
 from agents_app.llm.base import LLMError
-from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
+from agents_app.llm.scripted import (
+    ScriptedToolCall,
+    Turn,
+    register_script,
+    sequence_script,
+    turn_step,
+)
 from agents_app.registry import get_registry
 from sessions_app.stores import get_session_store
+from sessions_app.stores.types import MessageRole
 from sessions_app.usage import get_usage_store
 from sessions_app.usage.types import CustomEntry
 
@@ -38,6 +45,45 @@ def explode(note: Note, ctx) -> dict:
 
 note_tool = Tool(name="note", description="Take a note.", input_model=Note, execute=take_note)
 broken_tool = Tool(name="explode", description="Always fails.", input_model=Note, execute=explode)
+
+
+class Question(BaseModel):
+    text: str
+
+
+class Transfer(BaseModel):
+    amount: int
+
+
+def transfer(order: Transfer, ctx) -> dict:
+    ctx.state.append("transfers", order.amount)
+    return {"sent": order.amount}
+
+
+ask_tool = Tool(name="ask_user", description="Ask the user.", input_model=Question, client=True)
+transfer_tool = Tool(
+    name="transfer",
+    description="Send money; a person approves each transfer.",
+    input_model=Transfer,
+    execute=transfer,
+    needs_approval=True,
+)
+
+
+def held_calls_script(*calls: ScriptedToolCall, delay: float = 0.0):
+    """Call `calls` at a turn's start; then answer with the tool results it got, in order.
+
+    `delay` is the pause before each piece of the answer.
+    """
+
+    def script(request, context) -> Turn:
+        if turn_step(request) == 0:
+            return Turn(tool_calls=list(calls))
+        results = [m.content for m in request.messages if m.role == MessageRole.TOOL]
+        return Turn(text="Results: " + " | ".join(results), delay=delay)
+
+    return script
+
 
 _calls_per_run: collections.Counter[str] = collections.Counter()
 
@@ -124,6 +170,30 @@ SCRIPTED_AGENTS = [
         ),
     ),
     (Agent(name="flaky"), flaky_script),
+    # A note runs at once; a question for the client and a transfer to approve suspend the run.
+    (
+        Agent(name="asker", tools=[note_tool, ask_tool, transfer_tool], initial_state={}),
+        held_calls_script(
+            ScriptedToolCall(name="note", arguments={"text": "before"}, id="call-note"),
+            ScriptedToolCall(name="ask_user", arguments={"text": "Colour?"}, id="call-ask"),
+            ScriptedToolCall(name="transfer", arguments={"amount": 5}, id="call-transfer"),
+        ),
+    ),
+    # Only a transfer to approve: the whole step waits.
+    (
+        Agent(name="approver", tools=[transfer_tool], initial_state={}),
+        held_calls_script(
+            ScriptedToolCall(name="transfer", arguments={"amount": 7}, id="call-transfer")
+        ),
+    ),
+    # The same, answering slowly once approved: a client can re-attach while it runs.
+    (
+        Agent(name="slow-approver", tools=[transfer_tool], initial_state={}),
+        held_calls_script(
+            ScriptedToolCall(name="transfer", arguments={"amount": 7}, id="call-transfer"),
+            delay=0.5,
+        ),
+    ),
     (
         Agent(name="reporter", hooks=AgentHooks(on_complete=count_completion)),
         sequence_script(Turn(text="Reported.")),

@@ -18,6 +18,7 @@ BODIES = {
     "sessions_resume_create": {"options": {"mode": "continue"}},
     "sessions_interrupt_create": {"reason": "r"},
     "sessions_abort_create": {"reason": "r"},
+    "chat_submit_tool_result_create": {"toolCallId": "call-1", "result": "ok"},
 }
 # Starting on an id nobody holds creates that session, so only the foreign id answers 404.
 CREATES_WHEN_MISSING = {"sessions_start_create"}

@@ -219,6 +219,22 @@ def test_a_tool_needs_a_pydantic_input_model_and_a_callable():
         Tool(name="t", description="", input_model=Query, execute=find, output_model=dict)
     with pytest.raises(InvalidDefinition, match="execute must be callable"):
         Tool(name="t", description="", input_model=Query, execute="find")
+    with pytest.raises(InvalidDefinition, match="execute must be callable"):
+        Tool(name="t", description="", input_model=Query)  # Only a client tool has none.
+
+
+def test_client_and_approval_tools_suspend_and_a_client_tool_runs_nowhere_here():
+    client = Tool(name="ask", description="", input_model=Query, client=True)
+    approval = Tool(
+        name="pay", description="", input_model=Query, execute=find, needs_approval=True
+    )
+
+    assert (client.suspends, approval.suspends) == (True, True)
+    assert Tool(name="t", description="", input_model=Query, execute=find).suspends is False
+    with pytest.raises(InvalidDefinition, match="a client tool has no execute"):
+        Tool(name="t", description="", input_model=Query, execute=find, client=True)
+    with pytest.raises(InvalidDefinition, match="needs no approval"):
+        Tool(name="t", description="", input_model=Query, client=True, needs_approval=True)
 
 
 # Agents

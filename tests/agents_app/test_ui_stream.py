@@ -99,3 +99,24 @@ def test_an_interrupted_run_and_a_stream_that_ends_or_fails_without_a_last_chunk
         {"type": "error", "errorText": "gone"},
         {"type": "finish", "finishReason": "error"},
     ]
+
+
+def test_a_suspended_run_shows_its_held_calls_and_asks_for_approval():
+    parts = encode(
+        chunk(1, "tool_call_start", toolCallId="c-1", toolName="ask", input={"q": "?"}),
+        chunk(2, "tool_call_start", toolCallId="c-2", toolName="pay", input={"amount": 5}),
+        chunk(3, "tool_approval_request", toolCallId="c-2", toolName="pay", input={"amount": 5}),
+        chunk(4, "run_suspended", reason="client_tool", pendingToolCallIds=["c-1", "c-2"]),
+    )
+
+    assert [p["type"] for p in parts] == [
+        "start",
+        "start-step",
+        "tool-input-available",
+        "tool-input-available",
+        "tool-approval-request",
+        "finish-step",
+        "finish",
+    ]
+    assert parts[4] == {"type": "tool-approval-request", "approvalId": "c-2", "toolCallId": "c-2"}
+    assert parts[-1] == {"type": "finish", "finishReason": "tool-calls"}

@@ -1078,6 +1078,19 @@ def test_update_run_status_records_completion(store, session_id):
     assert (reopened.completed_at, reopened.step_count) == (None, 3)
 
 
+def test_a_suspended_run_is_not_completed_and_metadata_merges(store, session_id):
+    store.create_run(session_id, "run-1", metadata={"fromSequence": 3})
+
+    suspended = store.update_run_status("run-1", RunStatus.SUSPENDED, step_count=1)
+    resumed = store.update_run_status(
+        "run-1", RunStatus.RUNNING, metadata={"resumedFromSequence": 9}
+    )
+
+    assert (suspended.status, suspended.completed_at) == (RunStatus.SUSPENDED, None)
+    assert resumed.metadata == {"fromSequence": 3, "resumedFromSequence": 9}
+    assert store.get_current_run(session_id) == resumed
+
+
 def test_duplicate_run_ids_and_turns_raise(store, session_id):
     store.create_run(session_id, "run-1", turn=1)
 
