@@ -4,8 +4,9 @@ from dataclasses import replace
 
 from django.db import transaction
 
+from agents_app import tasks
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import RunStatus, SessionStatus
+from sessions_app.stores.types import LIVE_STATUSES, RunStatus, SessionStatus
 from streams_app import chunks
 from streams_app.backends import get_stream_manager
 
@@ -16,15 +17,32 @@ def is_running(session_id: str) -> bool:
     return run is not None and run.status == RunStatus.RUNNING
 
 
-def abort_session(session_id: str, reason: str | None = None) -> None:
+def interrupt_session(session_id: str, reason: str | None = None) -> None:
+    """Raise the durable interrupt flag of the session and of its live children, and theirs."""
+    store = get_session_store()
+    store.set_interrupt_flag(session_id, reason)
+    for ref in store.get_sub_session_refs(session_id):
+        child = store.load_state(ref.sub_session_id)
+        if child is not None and child.status in LIVE_STATUSES:
+            interrupt_session(ref.sub_session_id, reason)
+
+
+def abort_session(
+    session_id: str, reason: str | None = None, *, failure_reason: str = "aborted"
+) -> None:
     """Fail the session, its run and its stream for good; a running step can no longer commit.
 
-    Runs queued behind the running one are dropped.
+    Runs queued behind the running one are dropped, the session's live children are aborted
+    too, and its parent, if it has one, is told once this commits.
     """
     store = get_session_store()
     error = f"Aborted: {reason}" if reason else "Aborted."
     with transaction.atomic():
         state = store.load_state(session_id)
+        for ref in store.get_sub_session_refs(session_id):
+            child = store.load_state(ref.sub_session_id)
+            if child is not None and child.status in LIVE_STATUSES:
+                abort_session(ref.sub_session_id, "The parent session was aborted.")
         run = store.get_current_run(session_id)
         # A state write bumps the version: the running step, if any, can no longer commit.
         store.save_state(
@@ -35,7 +53,7 @@ def abort_session(session_id: str, reason: str | None = None) -> None:
                 aborted=True,
                 abort_reason=reason,
                 error=error,
-                failure_reason="aborted",
+                failure_reason=failure_reason,
             ),
             expected_version=state.version,
         )
@@ -57,3 +75,5 @@ def abort_session(session_id: str, reason: str | None = None) -> None:
                 )
             )
             streams.fail_stream(state.stream_id, error)
+        if state.parent_session_id is not None:
+            tasks.child_finished_task.delay_on_commit(state.parent_session_id, session_id)

@@ -27,6 +27,8 @@ from agents_app.state import StateDraft, json_copy
 from sessions_app.errors import HelixError
 
 OUTPUT_TOOL_NAME = "final_output"
+# How long a sub-agent may run before its call fails (reference 001: 10 minutes).
+DEFAULT_SUB_AGENT_TIMEOUT = 600.0
 # OpenAI's rule for function names, which the other providers accept too.
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -98,7 +100,8 @@ class Tool:
     Two kinds of tool stop the run until a person acts (the run suspends; no worker waits):
     a client tool (`client=True`, no `execute`) is run by the client, which submits its result;
     an approval tool (`needs_approval=True`) runs on the server once a person approves the call,
-    and a rejected call's result says so.
+    and a rejected call's result says so. A sub-agent tool (`sub_agent_tool`) runs another
+    agent as a child session; the run suspends until the child is done.
     """
 
     name: str
@@ -108,24 +111,29 @@ class Tool:
     output_model: type[BaseModel] | None = None
     client: bool = False
     needs_approval: bool = False
+    sub_agent: str | None = None
+    timeout_seconds: float = DEFAULT_SUB_AGENT_TIMEOUT
 
     def __post_init__(self) -> None:
         _check_name("Tool", self.name)
         _check_model(f"Tool {self.name!r}: input_model", self.input_model)
         if self.output_model is not None:
             _check_model(f"Tool {self.name!r}: output_model", self.output_model)
-        if self.client:
-            if self.execute is not None or self.needs_approval:
+        if self.client or self.sub_agent is not None:
+            if self.execute is not None or self.needs_approval or (self.client and self.sub_agent):
                 raise InvalidDefinition(
-                    f"Tool {self.name!r}: a client tool has no execute and needs no approval."
+                    f"Tool {self.name!r}: a client or sub-agent tool has no execute and "
+                    "needs no approval."
                 )
         elif not callable(self.execute):
             raise InvalidDefinition(f"Tool {self.name!r}: execute must be callable.")
+        if self.timeout_seconds <= 0:
+            raise InvalidDefinition(f"Tool {self.name!r}: timeout_seconds must be positive.")
 
     @property
     def suspends(self) -> bool:
-        """Return whether a call of it suspends the run until a person acts."""
-        return self.client or self.needs_approval
+        """Return whether a call of it suspends the run, until a person acts or a child ends."""
+        return self.client or self.needs_approval or self.sub_agent is not None
 
     def json_schema(self) -> dict[str, Any]:
         """Return the JSON schema of the tool's input, as sent to the model."""
@@ -261,6 +269,28 @@ class Agent:
         if self._output_tool is None:
             raise ValueError(f"Agent {self.name!r} has no output schema.")
         return self._output_tool.parse_input(arguments).model_dump(mode="json")
+
+
+def sub_agent_tool(
+    agent_type: str,
+    input_model: type[BaseModel],
+    *,
+    name: str | None = None,
+    description: str = "",
+    timeout_seconds: float = DEFAULT_SUB_AGENT_TIMEOUT,
+) -> Tool:
+    """Return a tool that runs the registered agent `agent_type` as a child session.
+
+    The call's arguments, as JSON, are the child's first message; the child's output is the
+    call's result. A child that fails or outlives `timeout_seconds` fails the call, not the run.
+    """
+    return Tool(
+        name=name or agent_type,
+        description=description or f"Ask the {agent_type} agent.",
+        input_model=input_model,
+        sub_agent=agent_type,
+        timeout_seconds=timeout_seconds,
+    )
 
 
 def output_tool(schema: type[BaseModel]) -> Tool:

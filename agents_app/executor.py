@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agents_app import conf, launch
+from agents_app import conf, launch, subagents
 from agents_app.definitions import OUTPUT_TOOL_NAME, Agent, ToolInputInvalid
 from agents_app.hooks import CompleteContext, call_hook
 from agents_app.llm.base import (
@@ -193,7 +193,7 @@ class _Attempt:
         if recover:
             self._recover()
         writer = self.open_writer()
-        if self.state.pending_client_tool_calls:  # What people submitted, before all else.
+        if self.state.suspended_step_id:  # What people and children gave, before all else.
             self.drained = self._drain(writer)
         if (flag := self.state.interrupt_flag) is not None:  # Read with the lease.
             return self._interrupt(writer, flag.reason, reply=None, outcomes=[])
@@ -331,13 +331,23 @@ class _Attempt:
         )
 
     def _held_calls(self, reply: _Reply) -> list[ToolCall]:
-        """Return the reply's calls of client and approval tools, which suspend the run."""
+        """Return the reply's calls that suspend the run: of client, approval and sub-agent tools.
+
+        A call whose arguments do not fit its tool runs as a server call would: it fails, and
+        the model is told why.
+        """
         tools = {tool.name: tool for tool in self.agent.all_tools()}
-        return [
-            call
-            for call in reply.tool_calls
-            if call.name in tools and tools[call.name].suspends and not call.invalid_arguments
-        ]
+        held = []
+        for call in reply.tool_calls:
+            tool = tools.get(call.name)
+            if tool is None or not tool.suspends or call.invalid_arguments:
+                continue
+            try:
+                tool.parse_input(call.arguments)
+            except ToolInputInvalid:
+                continue
+            held.append(call)
+        return held
 
     # Suspension
 
@@ -349,27 +359,39 @@ class _Attempt:
         The calls, the suspended status and the run's `suspended` status commit together.
         """
         tools = {tool.name: tool for tool in self.agent.all_tools()}
+        order = {call.id: position for position, call in enumerate(reply.tool_calls)}
+        people = [call for call in held if not tools[call.name].sub_agent]
+        children = [(call, tools[call.name]) for call in held if tools[call.name].sub_agent]
         pending = {
             call.id: {
                 "toolName": call.name,
                 "input": call.arguments,
                 "kind": "client" if tools[call.name].client else "approval",
-                "order": order,
+                "order": order[call.id],
             }
-            for order, call in enumerate(held)
+            for call in people
         }
-        partial = bool(outcomes)
+        if children:
+            reason, status = "awaiting_children", SessionStatus.SUSPENDED_AWAITING_CHILDREN
+        elif outcomes:
+            reason, status = "step_partial", SessionStatus.SUSPENDED_STEP_PARTIAL
+        else:
+            reason, status = "client_tool", SessionStatus.SUSPENDED_CLIENT_TOOL
         with transaction.atomic():
             for call in held:
                 fields = {"tool_call_id": call.id, "tool_name": call.name, "input": call.arguments}
                 writer.write(self._chunk(chunks.ToolCallStart, **fields))
-                if pending[call.id]["kind"] == "approval":
+                if pending.get(call.id, {}).get("kind") == "approval":
                     writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
+            awaited = {
+                call_id: {**child, "order": order[call_id]}
+                for call_id, child in subagents.spawn_children(self.state, writer, children).items()
+            }
             writer.write(
                 self._chunk(
                     chunks.RunSuspended,
-                    reason="step_partial" if partial else "client_tool",
-                    pending_tool_call_ids=list(pending),
+                    reason=reason,
+                    pending_tool_call_ids=[call.id for call in held],
                 )
             )
             self._commit(
@@ -377,10 +399,9 @@ class _Attempt:
                 self._step_messages(reply, outcomes),
                 outcomes,
                 reply,
-                SessionStatus.SUSPENDED_STEP_PARTIAL
-                if partial
-                else SessionStatus.SUSPENDED_CLIENT_TOOL,
+                status,
                 pending=pending,
+                awaited=awaited,
             )
             self.store.update_run_status(
                 self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
@@ -388,13 +409,17 @@ class _Attempt:
         return StepOutcome()
 
     def _drain(self, writer: StreamWriter) -> list[ToolOutcome]:
-        """Return the suspended step's calls as outcomes of what people submitted for them.
+        """Return the suspended step's calls as outcomes of what people and children gave.
 
         Approved calls run now (their start was announced when the run suspended); client
-        results and rejections become results as they are.
+        results, rejections and the children's outcomes become results as they are.
         """
         entries = sorted(
-            self.state.pending_client_tool_calls.items(), key=lambda item: item[1]["order"]
+            [
+                *self.state.pending_client_tool_calls.items(),
+                *(self.state.suspended_awaiting_children or {}).items(),
+            ],
+            key=lambda item: item[1]["order"],
         )
         calls = {
             call_id: ToolCall(id=call_id, name=entry["toolName"], arguments=entry["input"])
@@ -403,7 +428,7 @@ class _Attempt:
         approved = [
             calls[call_id]
             for call_id, entry in entries
-            if entry["kind"] == "approval" and entry["submission"]["approved"]
+            if entry.get("kind") == "approval" and entry["submission"]["approved"]
         ]
         ran = {
             outcome.call.id: outcome
@@ -416,23 +441,21 @@ class _Attempt:
             if call_id in ran:
                 outcomes.append(ran[call_id])
                 continue
-            submission = entry["submission"]
-            rejected = entry["kind"] == "approval"
-            result = _rejection(submission.get("reason")) if rejected else submission["result"]
+            result, is_error = _answer(entry)
             writer.write(
                 self._chunk(
                     chunks.ToolResult,
                     tool_call_id=call_id,
                     tool_name=entry["toolName"],
                     result=result,
-                    is_error=rejected,
+                    is_error=is_error,
                 )
             )
             outcomes.append(
                 ToolOutcome(
                     call=calls[call_id],
                     result=result,
-                    is_error=rejected,
+                    is_error=is_error,
                     draft=StateDraft(self.state.custom_state or {}),
                     duration_ms=0,
                     custom_metrics=[],
@@ -534,6 +557,7 @@ class _Attempt:
                     self.streams.fail_stream(self.state.stream_id, error)
                 else:
                     self.streams.end_stream(self.state.stream_id, output)
+            subagents.notify_parent(self.state)
         self._on_complete(status, result=output, error=error)
 
     def _step_messages(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[Message]:
@@ -557,11 +581,12 @@ class _Attempt:
         output: Any = None,
         error: str | None = None,
         pending: dict[str, Any] | None = None,
+        awaited: dict[str, Any] | None = None,
     ) -> None:
         """Commit the step: messages, state, staging, checkpoint and usage, and free the lease.
 
         The drained calls of a suspended step come first; `pending` are the calls the step
-        suspends on.
+        suspends on for people, `awaited` those it suspends on for its children.
         """
         messages = [*self._drained_messages(), *messages]
         outcomes = [*self.drained, *outcomes]
@@ -579,7 +604,8 @@ class _Attempt:
             output=output if status == SessionStatus.COMPLETED else self.state.output,
             error=error,
             pending_client_tool_calls=pending or {},
-            suspended_step_id=self.step_id if pending else None,
+            suspended_awaiting_children=awaited or None,
+            suspended_step_id=self.step_id if (pending or awaited) else None,
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         with transaction.atomic():
@@ -666,10 +692,18 @@ def _parse_output(agent: Agent, call: ToolCall) -> tuple[Any, str | None]:
         return None, error.message
 
 
-def _rejection(reason: str | None) -> dict[str, str]:
-    """Return the result of a tool call a person rejected."""
-    because = f": {reason}" if reason else "."
-    return {"error": f"The user rejected this tool call{because}"}
+def _answer(entry: dict[str, Any]) -> tuple[Any, bool]:
+    """Return the result of a suspended call that did not run here, and whether it failed.
+
+    A client's result, a rejection, or a sub-agent's outcome.
+    """
+    if "subSessionId" in entry:
+        return subagents.child_outcome(get_session_store().load_state(entry["subSessionId"]))
+    submission = entry["submission"]
+    if entry["kind"] == "client":
+        return submission["result"], False
+    because = f": {submission['reason']}" if submission.get("reason") else "."
+    return {"error": f"The user rejected this tool call{because}"}, True
 
 
 def _tool_message(call: ToolCall, result: Any) -> Message:

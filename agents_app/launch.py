@@ -1,9 +1,11 @@
-"""Beginning runs: what start, resume, retry and a queued start share.
+"""Beginning and continuing runs: what start, resume, retry, a queued start and the end of a
+suspension share.
 
 A run begins in the caller's transaction: its record, its input and a checkpoint are written,
 and its first step is enqueued when that transaction commits. A run started while another is
 running may wait in the session's queue (`HELIX["RUN_CONCURRENCY"]`); the transaction that ends
-the running run begins it.
+the running run begins it. A suspended run continues, on a new step, in the transaction that
+answers the last call it waits for.
 """
 
 from dataclasses import dataclass, replace
@@ -15,8 +17,16 @@ from agents_app import tasks
 from agents_app.inputs import input_messages
 from sessions_app.conf import helix_setting
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import CheckpointMeta, Message, SessionState, SessionStatus
+from sessions_app.stores.types import (
+    CheckpointMeta,
+    Message,
+    RunStatus,
+    SessionState,
+    SessionStatus,
+)
+from streams_app import chunks
 from streams_app.backends import get_stream_manager
+from streams_app.backends.base import StreamWriter
 
 ConcurrencyPolicy = Literal["reject", "interrupt", "enqueue"]
 POLICIES: tuple[ConcurrencyPolicy, ...] = ("reject", "interrupt", "enqueue")
@@ -102,3 +112,32 @@ def begin_queued_run(session_id: str) -> StartedRun | None:
         return None
     state = store.load_state(session_id)
     return begin_run(state, queued.run_id, input_messages(queued.input))
+
+
+def waits_for_nothing(state: SessionState) -> bool:
+    """Return whether every call the suspended step waits for is answered or finished."""
+    answered = all("submission" in call for call in state.pending_client_tool_calls.values())
+    children = (state.suspended_awaiting_children or {}).values()
+    return answered and all(child.get("finished") for child in children)
+
+
+def continue_run(state: SessionState, writer: StreamWriter, run_id: str) -> None:
+    """Continue a suspended run whose calls are all answered, on a new step.
+
+    Write `run_resumed` with `writer` (on the session's stream), mark the run running again,
+    and enqueue the next step when the caller's transaction commits. A client re-attaching
+    follows the run from here.
+    """
+    writer.write(
+        chunks.RunResumed(
+            step=state.step_count,
+            session_id=state.session_id,
+            agent_type=state.agent_type,
+            run_id=run_id,
+            previous_run_id=run_id,
+        )
+    )
+    get_session_store().update_run_status(
+        run_id, RunStatus.RUNNING, metadata={"resumedFromSequence": writer.last_sequence - 1}
+    )
+    tasks.run_step_task.delay_on_commit(state.session_id, run_id, state.step_count + 1)

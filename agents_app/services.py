@@ -193,11 +193,15 @@ def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
 
 
 def agent_interrupt(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:
-    """Raise the durable interrupt flag of a running session; its step stops and commits."""
+    """Raise the durable interrupt flag of a running session; its step stops and commits.
+
+    A session waiting for its sub-agents passes the flag on to them; it stops once they have.
+    """
     state = session_for_user(session_id=session_id, user=user)
-    if not control.is_running(session_id):
+    awaiting = state.status == SessionStatus.SUSPENDED_AWAITING_CHILDREN
+    if not (awaiting or control.is_running(session_id)):
         raise RunNotActive(session_id, state.status, "interrupt")
-    get_session_store().set_interrupt_flag(session_id, reason)
+    control.interrupt_session(session_id, reason)
 
 
 def agent_abort(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:

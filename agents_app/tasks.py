@@ -4,7 +4,8 @@ import logging
 
 from celery import shared_task
 
-from agents_app import conf, executor
+from agents_app import conf, executor, subagents
+from sessions_app.errors import VersionConflict
 
 logger = logging.getLogger(__name__)
 
@@ -30,3 +31,18 @@ def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0
         run_step_task.delay(session_id, run_id, outcome.next_step)
     if outcome.retry_after is not None:
         raise self.retry(countdown=outcome.retry_after)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None)
+def child_finished_task(self, parent_session_id: str, child_session_id: str) -> None:
+    """Bring a finished child session to its parent; try again if another child's finish raced."""
+    try:
+        subagents.child_finished(parent_session_id, child_session_id)
+    except VersionConflict as conflict:
+        raise self.retry(countdown=0.05) from conflict
+
+
+@shared_task(acks_late=True)
+def child_timeout_task(parent_session_id: str, child_session_id: str, timeout: float) -> None:
+    """Abort a child session still running past its tool's timeout."""
+    subagents.child_timed_out(parent_session_id, child_session_id, timeout)

@@ -14,16 +14,22 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from agents_app import tasks
+from agents_app import launch
 from agents_app.errors import UnknownToolCall
 from sessions_app.errors import InvalidInput, VersionConflict
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import RunStatus, SessionStatus
+from sessions_app.stores.types import SessionStatus
 from streams_app import chunks
 from streams_app.backends import get_stream_manager
 
-SUSPENDED = frozenset({SessionStatus.SUSPENDED_CLIENT_TOOL, SessionStatus.SUSPENDED_STEP_PARTIAL})
+SUSPENDED = frozenset(
+    {
+        SessionStatus.SUSPENDED_CLIENT_TOOL,
+        SessionStatus.SUSPENDED_STEP_PARTIAL,
+        SessionStatus.SUSPENDED_AWAITING_CHILDREN,
+    }
+)
 # Two people submitting for one step race on the state's version; the loser tries again.
 SUBMIT_ATTEMPTS = 5
 
@@ -81,45 +87,37 @@ def _submit(
             raise InvalidInput(f"Tool call {tool_call_id!r} is a client tool's: send `result`.")
         submission = {"result": result}
     submitted_at = int(timezone.now().timestamp() * 1000)
-    pending = {**state.pending_client_tool_calls, tool_call_id: {**entry, "submission": submission}}
-    answered = all("submission" in call for call in pending.values())
+    answered = replace(
+        state,
+        pending_client_tool_calls={
+            **state.pending_client_tool_calls,
+            tool_call_id: {**entry, "submission": submission},
+        },
+        completed_client_tool_calls={
+            **state.completed_client_tool_calls,
+            tool_call_id: submitted_at,
+        },
+    )
+    ready = launch.waits_for_nothing(answered)
     store = get_session_store()
     store.save_state(
         state.session_id,
-        replace(
-            state,
-            pending_client_tool_calls=pending,
-            completed_client_tool_calls={
-                **state.completed_client_tool_calls,
-                tool_call_id: submitted_at,
-            },
-            status=SessionStatus.ACTIVE if answered else state.status,
-        ),
+        replace(answered, status=SessionStatus.ACTIVE) if ready else answered,
         expected_version=state.version,
     )
     run = store.get_current_run(state.session_id)
     writer = get_stream_manager().create_writer(state.stream_id, run.run_id, state.agent_type)
-    common = {
-        "step": state.step_count,
-        "session_id": state.session_id,
-        "agent_type": state.agent_type,
-    }
     if entry["kind"] == "approval":
         writer.write(
             chunks.ToolApprovalResponse(
-                **common,
+                step=state.step_count,
+                session_id=state.session_id,
+                agent_type=state.agent_type,
                 tool_call_id=tool_call_id,
                 decision="approve" if approved else "reject",
                 reason=reason,
             )
         )
-    if answered:
-        writer.write(chunks.RunResumed(**common, run_id=run.run_id, previous_run_id=run.run_id))
-        # A client re-attaching follows the run from here, not from its first chunk.
-        store.update_run_status(
-            run.run_id,
-            RunStatus.RUNNING,
-            metadata={"resumedFromSequence": writer.last_sequence - 1},
-        )
-        tasks.run_step_task.delay_on_commit(state.session_id, run.run_id, state.step_count + 1)
+    if ready:
+        launch.continue_run(state, writer, run.run_id)
     return SubmittedToolResult(tool_call_id=tool_call_id, submitted_at=submitted_at)

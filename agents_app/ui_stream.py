@@ -41,10 +41,15 @@ DRAWN = {
 
 
 class UIStreamEncoder:
-    """Encode one run's chunks; `finished` once its last chunk (or the stream's end) is seen."""
+    """Encode one run's chunks; `finished` once its last chunk (or the stream's end) is seen.
 
-    def __init__(self, message_id: str) -> None:
+    With a `session_id`, the chunks of other sessions (sub-agents', copied into the stream) are
+    left out: a sub-agent shows as its tool call and result.
+    """
+
+    def __init__(self, message_id: str, session_id: str | None = None) -> None:
         self.message_id = message_id
+        self.session_id = session_id
         self.finished = False
         self._started = False
         self._step: int | None = None
@@ -56,7 +61,8 @@ class UIStreamEncoder:
             return []
         parts = self._start()
         if isinstance(event, ChunkEvent):
-            parts += self._chunk(event.chunk)
+            if self.session_id is None or event.chunk.get("sessionId") == self.session_id:
+                parts += self._chunk(event.chunk)
         elif isinstance(event, EndEvent | FailEvent):  # Ended without a run's last chunk.
             if isinstance(event, FailEvent):
                 parts.append({"type": "error", "errorText": event.error})
@@ -167,10 +173,10 @@ class UIStreamEncoder:
 
 
 async def ui_message_stream(
-    reader: StreamReader, message_id: str, heartbeat: float
+    reader: StreamReader, message_id: str, session_id: str, heartbeat: float
 ) -> AsyncIterator[bytes]:
-    """Yield the run that `reader` follows as UI message stream SSE, then `[DONE]`."""
-    encoder = UIStreamEncoder(message_id)
+    """Yield the session's run that `reader` follows as UI message stream SSE, then `[DONE]`."""
+    encoder = UIStreamEncoder(message_id, session_id)
     try:
         while not encoder.finished and not reader.finished:
             events = await reader.next_events(timeout=heartbeat)

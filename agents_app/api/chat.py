@@ -35,7 +35,7 @@ def ui_message_response(run: ChatRun) -> StreamingHttpResponse:
         events = failed_stream(run.run_id, info.error or "The run failed.")
     else:
         heartbeat = helix_setting("SSE_HEARTBEAT_SECONDS", 30)
-        events = ui_message_stream(reader, run.run_id, heartbeat)
+        events = ui_message_stream(reader, run.run_id, run.session_id, heartbeat)
     return StreamingHttpResponse(events, content_type="text/event-stream", headers=HEADERS)
 
 

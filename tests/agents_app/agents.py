@@ -9,7 +9,7 @@ import collections
 
 from pydantic import BaseModel
 
-from agents_app.definitions import Agent, Tool
+from agents_app.definitions import Agent, Tool, sub_agent_tool
 from agents_app.hooks import AgentHooks, CompleteContext
 from agents_app.llm.base import LLMError
 from agents_app.llm.scripted import (
@@ -83,6 +83,24 @@ def held_calls_script(*calls: ScriptedToolCall, delay: float = 0.0):
         return Turn(text="Results: " + " | ".join(results), delay=delay)
 
     return script
+
+
+class Topic(BaseModel):
+    topic: str
+
+
+def analyse_script(request, context) -> Turn:
+    """Answer with what was asked, slowly enough to be seen running."""
+    asked = [m.content for m in request.messages if m.role == MessageRole.USER][-1]
+    return Turn(text=f"Analysed {asked}", delay=0.05)
+
+
+def failing_script(request, context) -> Turn:
+    return Turn(error=LLMError("the model refuses", retryable=False))
+
+
+analyst_tool = sub_agent_tool("analyst", Topic, description="Analyse a topic.")
+orchestrator_tool = sub_agent_tool("orchestrator", Topic, description="Run two analyses.")
 
 
 _calls_per_run: collections.Counter[str] = collections.Counter()
@@ -170,6 +188,40 @@ SCRIPTED_AGENTS = [
         ),
     ),
     (Agent(name="flaky"), flaky_script),
+    # Sub-agents: two analysts in parallel, an orchestrator of them one level up, a child that
+    # fails, one that outlives its timeout, and one slow enough to interrupt.
+    (Agent(name="analyst"), analyse_script),
+    (
+        Agent(name="orchestrator", tools=[analyst_tool]),
+        held_calls_script(
+            ScriptedToolCall(name="analyst", arguments={"topic": "a"}, id="call-a"),
+            ScriptedToolCall(name="analyst", arguments={"topic": "b"}, id="call-b"),
+        ),
+    ),
+    (
+        Agent(name="director", tools=[orchestrator_tool]),
+        held_calls_script(
+            ScriptedToolCall(name="orchestrator", arguments={"topic": "all"}, id="call-o")
+        ),
+    ),
+    (Agent(name="refuser"), failing_script),
+    (
+        Agent(
+            name="delegator",
+            tools=[
+                sub_agent_tool("refuser", Topic),
+                sub_agent_tool("talker", Topic, timeout_seconds=1),
+            ],
+        ),
+        held_calls_script(
+            ScriptedToolCall(name="refuser", arguments={"topic": "x"}, id="call-r"),
+            ScriptedToolCall(name="talker", arguments={"topic": "y"}, id="call-t"),
+        ),
+    ),
+    (
+        Agent(name="patient", tools=[sub_agent_tool("talker", Topic)]),
+        held_calls_script(ScriptedToolCall(name="talker", arguments={"topic": "z"}, id="call-t")),
+    ),
     # A note runs at once; a question for the client and a transfer to approve suspend the run.
     (
         Agent(name="asker", tools=[note_tool, ask_tool, transfer_tool], initial_state={}),

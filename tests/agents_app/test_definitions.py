@@ -18,6 +18,7 @@ from agents_app.definitions import (
     Tool,
     ToolInputInvalid,
     ToolResultInvalid,
+    sub_agent_tool,
 )
 from agents_app.hooks import (
     AbortResult,
@@ -231,7 +232,7 @@ def test_client_and_approval_tools_suspend_and_a_client_tool_runs_nowhere_here()
 
     assert (client.suspends, approval.suspends) == (True, True)
     assert Tool(name="t", description="", input_model=Query, execute=find).suspends is False
-    with pytest.raises(InvalidDefinition, match="a client tool has no execute"):
+    with pytest.raises(InvalidDefinition, match="a client or sub-agent tool has no execute"):
         Tool(name="t", description="", input_model=Query, execute=find, client=True)
     with pytest.raises(InvalidDefinition, match="needs no approval"):
         Tool(name="t", description="", input_model=Query, client=True, needs_approval=True)
@@ -465,3 +466,16 @@ def test_a_start_request_reads_the_wire_body():
     )
     with pytest.raises(ValidationError):
         StartAgentRequest.model_validate({"agentType": "a", "input": {}})
+
+
+def test_a_sub_agent_tool_names_its_agent_and_has_a_positive_timeout():
+    tool = sub_agent_tool("analyst", Query)
+
+    assert (tool.name, tool.sub_agent, tool.timeout_seconds) == ("analyst", "analyst", 600.0)
+    assert tool.execute is None
+    assert tool.suspends
+    assert sub_agent_tool("analyst", Query, name="ask", timeout_seconds=5).name == "ask"
+    with pytest.raises(InvalidDefinition, match="timeout_seconds must be positive"):
+        sub_agent_tool("analyst", Query, timeout_seconds=0)
+    with pytest.raises(InvalidDefinition, match="sub-agent tool has no execute"):
+        Tool(name="t", description="", input_model=Query, execute=find, sub_agent="analyst")

@@ -120,3 +120,28 @@ def test_a_suspended_run_shows_its_held_calls_and_asks_for_approval():
     ]
     assert parts[4] == {"type": "tool-approval-request", "approvalId": "c-2", "toolCallId": "c-2"}
     assert parts[-1] == {"type": "finish", "finishReason": "tool-calls"}
+
+
+def test_a_sub_agents_chunks_in_the_stream_are_left_out():
+    encoder = UIStreamEncoder("run-1", session_id="p")
+    events = [
+        chunk(1, "subagent_start", sessionId="p", subSessionId="c"),
+        chunk(2, "text_delta", sessionId="c", delta="child text"),
+        chunk(3, "run_completed", sessionId="c", output="child output"),
+        chunk(4, "subagent_end", sessionId="p", subSessionId="c"),
+        chunk(5, "text_delta", step=2, sessionId="p", delta="parent text", messageId="m"),
+        chunk(6, "run_completed", step=2, sessionId="p", output=None),
+    ]
+
+    parts = [part for event in events for part in encoder.encode(event)]
+
+    assert [p["type"] for p in parts] == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
+    assert parts[3]["delta"] == "parent text"
