@@ -181,6 +181,8 @@ class Agent:
 
     `system_prompt` is text or a function of the custom state; `initial_state` is a dict or a
     function returning one; `llm` is free-form adapter configuration (model, temperature, ...).
+    With `persistent_agents` (agent types), the agent also gets the companion tools that spawn,
+    message, watch and stop persistent children of those types (`agents_app.companions`).
     """
 
     name: str
@@ -192,6 +194,7 @@ class Agent:
     max_steps: int = 10
     llm: dict[str, Any] = field(default_factory=dict)
     hooks: AgentHooks | None = None
+    persistent_agents: tuple[str, ...] = ()
     _output_tool: Tool | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -219,6 +222,7 @@ class Agent:
             _check_model(f"{where}: output_schema", self.output_schema)
             object.__setattr__(self, "_output_tool", output_tool(self.output_schema))
         object.__setattr__(self, "tools", list(self.tools))
+        object.__setattr__(self, "persistent_agents", tuple(self.persistent_agents))
 
     def _check_tools(self, where: str) -> None:
         for tool in self.tools:

@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db import transaction
 
-from agents_app import conf, launch, subagents
+from agents_app import companions, conf, launch, subagents
 from agents_app.definitions import OUTPUT_TOOL_NAME, Agent, ToolInputInvalid
 from agents_app.hooks import CompleteContext, call_hook
 from agents_app.llm.base import (
@@ -183,6 +183,10 @@ class _Attempt:
                 session_id=state.session_id, run_id=run.run_id, user_id=state.user_id
             ),
         )
+        self.tools = {
+            tool.name: tool
+            for tool in [*self.agent.all_tools(), *companions.companion_tools(self.agent)]
+        }
 
     @property
     def session_id(self) -> str:
@@ -245,7 +249,7 @@ class _Attempt:
             messages=self._history(),
             tools=[
                 ToolSpec(tool.name, tool.description, tool.json_schema())
-                for tool in self.agent.all_tools()
+                for tool in self.tools.values()
             ],
             model=self.agent.llm.get("model"),
             temperature=self.agent.llm.get("temperature"),
@@ -319,7 +323,7 @@ class _Attempt:
         """Run the reply's server tool calls; the `held` ones wait for a person."""
         held_ids = {call.id for call in held}
         calls = [c for c in reply.tool_calls if c.name != OUTPUT_TOOL_NAME and c.id not in held_ids]
-        return run_tool_calls(self.agent, calls, self._scope(writer), self.state.custom_state)
+        return run_tool_calls(self.tools, calls, self._scope(writer), self.state.custom_state)
 
     def _scope(self, writer: StreamWriter) -> StepScope:
         return StepScope(
@@ -336,17 +340,17 @@ class _Attempt:
         A call whose arguments do not fit its tool runs as a server call would: it fails, and
         the model is told why.
         """
-        tools = {tool.name: tool for tool in self.agent.all_tools()}
         held = []
         for call in reply.tool_calls:
-            tool = tools.get(call.name)
-            if tool is None or not tool.suspends or call.invalid_arguments:
+            tool = self.tools.get(call.name)
+            if tool is None or call.invalid_arguments:
                 continue
             try:
                 tool.parse_input(call.arguments)
             except ToolInputInvalid:
                 continue
-            held.append(call)
+            if tool.suspends or companions.holds(call, self.state, self.agent):
+                held.append(call)
         return held
 
     # Suspension
@@ -358,10 +362,10 @@ class _Attempt:
 
         The calls, the suspended status and the run's `suspended` status commit together.
         """
-        tools = {tool.name: tool for tool in self.agent.all_tools()}
+        tools = self.tools
         order = {call.id: position for position, call in enumerate(reply.tool_calls)}
-        people = [call for call in held if not tools[call.name].sub_agent]
-        children = [(call, tools[call.name]) for call in held if tools[call.name].sub_agent]
+        people = [c for c in held if tools[c.name].client or tools[c.name].needs_approval]
+        children = [call for call in held if call not in people]
         pending = {
             call.id: {
                 "toolName": call.name,
@@ -384,8 +388,8 @@ class _Attempt:
                 if pending.get(call.id, {}).get("kind") == "approval":
                     writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
             awaited = {
-                call_id: {**child, "order": order[call_id]}
-                for call_id, child in subagents.spawn_children(self.state, writer, children).items()
+                call.id: {**self._await_child(writer, call), "order": order[call.id]}
+                for call in children
             }
             writer.write(
                 self._chunk(
@@ -407,6 +411,15 @@ class _Attempt:
                 self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
             )
         return StepOutcome()
+
+    def _await_child(self, writer: StreamWriter, call: ToolCall) -> dict[str, Any]:
+        """Start (or, for a companion wait, find) the child a held call waits for."""
+        tool = self.tools[call.name]
+        if tool.sub_agent is not None:
+            child = subagents.spawn_child(self.state, call, tool)
+        else:
+            child = companions.awaited_child(call, self.state)
+        return subagents.await_child(self.state, writer, call, child)
 
     def _drain(self, writer: StreamWriter) -> list[ToolOutcome]:
         """Return the suspended step's calls as outcomes of what people and children gave.
@@ -433,7 +446,7 @@ class _Attempt:
         ran = {
             outcome.call.id: outcome
             for outcome in run_tool_calls(
-                self.agent, approved, self._scope(writer), self.state.custom_state, announce=False
+                self.tools, approved, self._scope(writer), self.state.custom_state, announce=False
             )
         }
         outcomes = []

@@ -2,7 +2,8 @@
 
 The parent's step spawns its children in the transaction that suspends it
 (`suspended_awaiting_children`): each child is a session with a deterministic id, a
-`SubSessionRef` of the parent, and a run of its own. When a child's run ends, `child_finished`
+`SubSessionRef` of the parent, and a run of its own. (Persistent children, `companions`, are
+awaited the same way.) When a child's run ends, `child_finished`
 (a Celery task, after the child's commit) copies the child's chunks into the parent's stream
 between `subagent_start` and `subagent_end`, records the call as finished, and continues the
 parent once nothing else is awaited. A child that outlives its tool's timeout is aborted, which
@@ -45,65 +46,72 @@ def child_session_id(parent_session_id: str, tool_call_id: str) -> str:
     return f"{parent_session_id}-sub-{tool_call_id}"
 
 
-def spawn_children(
-    parent: SessionState, writer: StreamWriter, calls: list[tuple[ToolCall, Tool]]
-) -> dict[str, dict[str, Any]]:
-    """Create and start a child session per sub-agent call; return what the parent awaits.
+def spawn_child(parent: SessionState, call: ToolCall, tool: Tool) -> SessionState:
+    """Create the child session a sub-agent call runs and start its run; return it.
 
-    Call it in the transaction that suspends the parent: children and suspension commit
-    together, and the children's first steps are enqueued when it commits.
+    Call it in the transaction that suspends the parent: the child commits with the suspension,
+    and its first step is enqueued, and its timeout set, when that transaction commits.
     """
     store = get_session_store()
-    awaited = {}
-    for call, tool in calls:
-        child_id = child_session_id(parent.session_id, call.id)
-        run_id = uuid.uuid4().hex
-        agent = get_registry().resolve(
-            tool.sub_agent,
-            AgentFactoryContext(session_id=child_id, run_id=run_id, user_id=parent.user_id),
-        )
-        child = store.create_session(
-            child_id,
-            agent_type=tool.sub_agent,
-            parent_session_id=parent.session_id,
-            root_session_id=parent.root_session_id or parent.session_id,
-            owner_id=parent.owner_id,
-            user_id=parent.user_id,
-            custom_state=agent.make_initial_state(),
-        )
-        store.add_sub_session_refs(
-            parent.session_id,
-            [
-                SubSessionRef(
-                    sub_session_id=child_id,
-                    agent_type=tool.sub_agent,
-                    parent_tool_call_id=call.id,
-                    started_at=timezone.now(),
-                )
-            ],
-        )
-        launch.begin_run(child, run_id, input_messages(json.dumps(call.arguments)))
-        writer.write(
-            chunks.SubagentStart(
-                step=parent.step_count + 1,
-                session_id=parent.session_id,
-                agent_type=parent.agent_type,
+    child_id = child_session_id(parent.session_id, call.id)
+    run_id = uuid.uuid4().hex
+    agent = get_registry().resolve(
+        tool.sub_agent,
+        AgentFactoryContext(session_id=child_id, run_id=run_id, user_id=parent.user_id),
+    )
+    child = store.create_session(
+        child_id,
+        agent_type=tool.sub_agent,
+        parent_session_id=parent.session_id,
+        root_session_id=parent.root_session_id or parent.session_id,
+        owner_id=parent.owner_id,
+        user_id=parent.user_id,
+        custom_state=agent.make_initial_state(),
+    )
+    store.add_sub_session_refs(
+        parent.session_id,
+        [
+            SubSessionRef(
                 sub_session_id=child_id,
-                sub_agent_type=tool.sub_agent,
-                tool_call_id=call.id,
+                agent_type=tool.sub_agent,
+                parent_tool_call_id=call.id,
+                started_at=timezone.now(),
             )
+        ],
+    )
+    launch.begin_run(child, run_id, input_messages(json.dumps(call.arguments)))
+    tasks.child_timeout_task.apply_async_on_commit(
+        (parent.session_id, child_id, tool.timeout_seconds), countdown=tool.timeout_seconds
+    )
+    return child
+
+
+def await_child(
+    parent: SessionState, writer: StreamWriter, call: ToolCall, child: SessionState
+) -> dict[str, Any]:
+    """Mark the start of the child's chunks in the parent's stream; return what the parent awaits.
+
+    Call it in the transaction that suspends the parent. Once that commits, the child's end is
+    looked for once more: a child that ended before the parent suspended is not missed.
+    """
+    writer.write(
+        chunks.SubagentStart(
+            step=parent.step_count + 1,
+            session_id=parent.session_id,
+            agent_type=parent.agent_type,
+            sub_session_id=child.session_id,
+            sub_agent_type=child.agent_type,
+            tool_call_id=call.id,
         )
-        tasks.child_timeout_task.apply_async_on_commit(
-            (parent.session_id, child_id, tool.timeout_seconds), countdown=tool.timeout_seconds
-        )
-        awaited[call.id] = {
-            "subSessionId": child_id,
-            "agentType": tool.sub_agent,
-            "toolName": call.name,
-            "input": call.arguments,
-            "finished": False,
-        }
-    return awaited
+    )
+    tasks.child_finished_task.delay_on_commit(parent.session_id, child.session_id)
+    return {
+        "subSessionId": child.session_id,
+        "agentType": child.agent_type,
+        "toolName": call.name,
+        "input": call.arguments,
+        "finished": False,
+    }
 
 
 def notify_parent(child: SessionState) -> None:
@@ -128,41 +136,42 @@ def child_outcome(child: SessionState | None) -> tuple[Any, bool]:
 
 @transaction.atomic
 def child_finished(parent_session_id: str, child_id: str) -> None:
-    """Bring a finished child's chunks and outcome to its parent; continue the parent if ready.
+    """Bring an ended child's outcome to its parent, and its chunks if the parent awaits it.
 
-    Idempotent: a child already brought in is left alone. Raises `VersionConflict` when another
-    child's finish wrote the parent meanwhile; the task tries again.
+    Records the child's run on its `SubSessionRef` and in usage once; if the suspended parent
+    awaits the child, copies the run's chunks into the parent's stream and continues the parent
+    when nothing else is awaited. Idempotent. Raises `VersionConflict` when another child's end
+    wrote the parent meanwhile; the task tries again.
     """
     store = get_session_store()
     parent = store.load_state(parent_session_id)
     child = store.load_state(child_id)
-    refs = store.get_sub_session_refs(parent_session_id) if parent is not None else []
-    ref = next((r for r in refs if r.sub_session_id == child_id), None)
-    if ref is None or ref.status in ENDED or child is None or child.status not in ENDED:
+    if parent is None or child is None or child.status not in ENDED:
         return
-    store.update_sub_session_ref(
-        parent_session_id,
-        SubSessionRefUpdate(
-            sub_session_id=child_id, status=child.status, completed_at=timezone.now()
-        ),
+    ref = next(
+        (r for r in store.get_sub_session_refs(parent_session_id) if r.sub_session_id == child_id),
+        None,
     )
-    result, failed = child_outcome(child)
+    if ref is None:
+        return
     run = store.get_current_run(parent_session_id)
-    started = ref.started_at or child.created_at
-    get_usage_store().record_entry(
-        SubAgentEntry(
-            session_id=parent_session_id,
-            run_id=run.run_id if run else None,
-            agent_type=child.agent_type,
-            sub_session_id=child_id,
-            success=not failed,
-            duration_ms=round((timezone.now() - started).total_seconds() * 1000),
-        )
+    if ref.status not in ENDED:
+        _record_end(parent_session_id, ref, child, run.run_id if run else None)
+    awaited = dict(parent.suspended_awaiting_children or {})
+    call_id = next(
+        (
+            c
+            for c, entry in awaited.items()
+            if entry["subSessionId"] == child_id and not entry["finished"]
+        ),
+        None,
     )
-    if parent.status != SessionStatus.SUSPENDED_AWAITING_CHILDREN or run is None:
-        return  # The parent ended meanwhile (aborted, expired): nothing awaits the child.
+    if call_id is None or parent.status != SessionStatus.SUSPENDED_AWAITING_CHILDREN:
+        return  # Not awaited, or the parent ended meanwhile (aborted, expired).
     writer = get_stream_manager().create_writer(parent.stream_id, run.run_id, parent.agent_type)
-    _copy_chunks(child.stream_id, writer)
+    child_run = store.get_current_run(child_id)
+    _copy_chunks(child.stream_id, child_run.metadata.get("fromSequence", 0), writer)
+    result, failed = child_outcome(child)
     writer.write(
         chunks.SubagentEnd(
             step=parent.step_count,
@@ -170,17 +179,37 @@ def child_finished(parent_session_id: str, child_id: str) -> None:
             agent_type=parent.agent_type,
             sub_session_id=child_id,
             sub_agent_type=child.agent_type,
-            tool_call_id=ref.parent_tool_call_id,
+            tool_call_id=call_id,
             output=None if failed else result,
             error=result["error"] if failed else None,
         )
     )
-    awaited = dict(parent.suspended_awaiting_children or {})
-    awaited[ref.parent_tool_call_id] = {**awaited[ref.parent_tool_call_id], "finished": True}
+    awaited[call_id] = {**awaited[call_id], "finished": True}
     updated = _with_awaited(parent, awaited)
     store.save_state(parent_session_id, updated, expected_version=parent.version)
     if updated.status == SessionStatus.ACTIVE:
         launch.continue_run(parent, writer, run.run_id)
+
+
+def _record_end(parent_session_id: str, ref: SubSessionRef, child: SessionState, run_id) -> None:
+    """Record a child's run as ended on its ref and in the parent's usage."""
+    now = timezone.now()
+    get_session_store().update_sub_session_ref(
+        parent_session_id,
+        SubSessionRefUpdate(sub_session_id=child.session_id, status=child.status, completed_at=now),
+    )
+    _, failed = child_outcome(child)
+    started = ref.started_at or child.created_at
+    get_usage_store().record_entry(
+        SubAgentEntry(
+            session_id=parent_session_id,
+            run_id=run_id,
+            agent_type=child.agent_type,
+            sub_session_id=child.session_id,
+            success=not failed,
+            duration_ms=round((now - started).total_seconds() * 1000),
+        )
+    )
 
 
 def child_timed_out(parent_session_id: str, child_id: str, timeout: float) -> None:
@@ -202,10 +231,9 @@ def _with_awaited(parent: SessionState, awaited: dict[str, Any]) -> SessionState
     return waiting
 
 
-def _copy_chunks(stream_id: str, writer: StreamWriter) -> None:
-    """Append every chunk of the child's stream to the parent's, in order."""
+def _copy_chunks(stream_id: str, after: int, writer: StreamWriter) -> None:
+    """Append the child's chunks after sequence `after` (its run's) to the parent's, in order."""
     streams = get_stream_manager()
-    after = 0
     while True:
         page = streams.get_chunks(stream_id, after_sequence=after, limit=COPY_BATCH)
         if page.chunks:

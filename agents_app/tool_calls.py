@@ -7,7 +7,7 @@ A tool that raises becomes a tool result marked as an error, and the step goes o
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections
 from pydantic import BaseModel
 
-from agents_app.definitions import Agent, Tool, ToolInputInvalid
+from agents_app.definitions import Tool, ToolInputInvalid
 from agents_app.llm.base import ToolCall
 from agents_app.state import StateDraft
 from streams_app.backends.base import StreamWriter
@@ -92,7 +92,7 @@ class ToolOutcome:
 
 
 def run_tool_calls(
-    agent: Agent,
+    tools: Mapping[str, Tool],
     calls: Sequence[ToolCall],
     scope: StepScope,
     custom_state: dict[str, Any] | None,
@@ -104,7 +104,6 @@ def run_tool_calls(
     Each call's start (unless not `announce`, when an earlier step announced it) and result go
     to the stream. A lone call runs in the step's own thread: there is nothing to run beside it.
     """
-    tools = {tool.name: tool for tool in agent.all_tools()}
     if len(calls) < 2:
         return [
             _run_one(tools.get(call.name), call, scope, custom_state, announce) for call in calls

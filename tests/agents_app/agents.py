@@ -103,6 +103,29 @@ analyst_tool = sub_agent_tool("analyst", Topic, description="Analyse a topic.")
 orchestrator_tool = sub_agent_tool("orchestrator", Topic, description="Run two analyses.")
 
 
+def critic_script(request, context) -> Turn:
+    """Answer the last message, saying how many messages came before it (its memory)."""
+    users = [m.content for m in request.messages if m.role == MessageRole.USER]
+    return Turn(text=f"On {users[-1]} (heard {len(users) - 1} before)", delay=0.5)
+
+
+def companion_call(tool: str, call_id: str, **arguments) -> ScriptedToolCall:
+    return ScriptedToolCall(name=f"companion__{tool}", arguments=arguments, id=call_id)
+
+
+def steps_script(*steps: list[ScriptedToolCall]):
+    """Make the calls of step i at step i; then answer with every tool result, in order."""
+
+    def script(request, context) -> Turn:
+        step = turn_step(request)
+        if step < len(steps):
+            return Turn(tool_calls=steps[step])
+        results = [m.content for m in request.messages if m.role == MessageRole.TOOL]
+        return Turn(text="Results: " + " | ".join(results))
+
+    return script
+
+
 _calls_per_run: collections.Counter[str] = collections.Counter()
 
 
@@ -205,6 +228,52 @@ SCRIPTED_AGENTS = [
         ),
     ),
     (Agent(name="refuser"), failing_script),
+    # Persistent children: a critic consulted twice, then listed and looked at.
+    (Agent(name="critic"), critic_script),
+    (
+        Agent(name="author", persistent_agents=("critic",)),
+        steps_script(
+            [companion_call("spawnAgent", "s1", agentType="critic", name="c", message="draft 1")],
+            [companion_call("spawnAgent", "s2", agentType="critic", name="c", message="draft 2")],
+            [
+                companion_call("listChildren", "l1"),
+                companion_call("getChildStatus", "g1", name="c"),
+                companion_call("spawnAgent", "s3", agentType="talker", name="t", message="x"),
+            ],
+        ),
+    ),
+    # A child left to run, waited for, and one stopped while it talks.
+    (Agent(name="droner"), sequence_script(Turn(text=LONG_TEXT, delay=0.1))),
+    (
+        Agent(name="manager", persistent_agents=("critic", "droner")),
+        steps_script(
+            [
+                companion_call(
+                    "spawnAgent",
+                    "s1",
+                    agentType="critic",
+                    name="bg",
+                    message="task",
+                    blocking=False,
+                )
+            ],
+            [
+                companion_call(
+                    "spawnAgent",
+                    "s2",
+                    agentType="droner",
+                    name="chatty",
+                    message="talk",
+                    blocking=False,
+                ),
+                companion_call("waitForResult", "w1", name="bg"),
+            ],
+            [
+                companion_call("terminateChild", "t1", name="chatty"),
+                companion_call("sendMessage", "m1", name="nobody", message="hi"),
+            ],
+        ),
+    ),
     (
         Agent(
             name="delegator",

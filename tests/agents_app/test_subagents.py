@@ -3,9 +3,12 @@
 Everything runs on real Celery workers.
 """
 
+import json
+
 import pytest
 
 from agents_app import services
+from agents_app.companions import persistent_child_id
 from agents_app.subagents import child_session_id
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus, SubSessionMode
@@ -127,3 +130,76 @@ def test_aborting_the_parent_aborts_its_children(worker, owner):  # noqa: F811
         lambda: get_session_store().get_sub_session_refs("p")[0].status == SessionStatus.FAILED,
         what="the parent to record its child's end",
     )
+
+
+# Persistent children and the companion tools
+
+
+def tool_results(session_id: str) -> dict[str, dict]:
+    messages = get_session_store().get_messages(session_id, limit=100).messages
+    return {  # A text result is stored as it is; others as JSON.
+        m.tool_call_id: json.loads(m.content) if m.content[:1] in "{[" else m.content
+        for m in messages
+        if m.role == "tool"
+    }
+
+
+def test_a_persistent_child_consulted_twice_remembers_the_first_exchange(worker, owner):  # noqa: F811
+    start(owner, "author")
+
+    state = finished("p")
+
+    results = tool_results("p")
+    child_id = persistent_child_id("p", "c")
+    assert state.status == SessionStatus.COMPLETED
+    assert results["s1"] == "On draft 1 (heard 0 before)"
+    assert results["s2"] == "On draft 2 (heard 1 before)"  # The same session, its memory kept.
+    assert results["l1"] == {
+        "children": [
+            {"name": "c", "agentType": "critic", "sessionId": child_id, "status": "completed"}
+        ]
+    }
+    assert results["g1"]["output"] == "On draft 2 (heard 1 before)"
+    assert "not an agent type you may spawn" in results["s3"]["error"]
+    child_runs = get_session_store().list_runs(child_id)
+    assert [r.status for r in child_runs] == [RunStatus.COMPLETED, RunStatus.COMPLETED]
+    refs = get_session_store().get_sub_session_refs("p")
+    assert [(r.mode, r.name, r.status) for r in refs] == [
+        (SubSessionMode.PERSISTENT, "c", SessionStatus.COMPLETED)
+    ]
+    # Each consultation's chunks sit once in the parent's stream, between its own markers.
+    parent_chunks = chunks_of("p")
+    markers = [c["type"] for c in parent_chunks if c.get("subSessionId") == child_id]
+    assert markers == ["subagent_start", "subagent_end"] * 2
+    child_deltas = [c["delta"] for c in chunks_of(child_id) if c["type"] == "text_delta"]
+    copied = [
+        c["delta"]
+        for c in parent_chunks
+        if c["sessionId"] == child_id and c["type"] == "text_delta"
+    ]
+    assert copied == child_deltas
+
+
+def test_children_left_running_are_waited_for_and_terminated(worker, owner):  # noqa: F811
+    start(owner, "manager")
+
+    state = finished("p")
+
+    results = tool_results("p")
+    assert state.status == SessionStatus.COMPLETED
+    assert results["s1"] == {
+        "name": "bg",
+        "sessionId": persistent_child_id("p", "bg"),
+        "status": "running",
+    }
+    assert results["s2"]["status"] == "running"
+    assert results["w1"] == "On task (heard 0 before)"
+    bg = persistent_child_id("p", "bg")  # Still running when waited for: its chunks came in.
+    assert [c["type"] for c in chunks_of("p") if c.get("subSessionId") == bg] == [
+        "subagent_start",
+        "subagent_end",
+    ]
+    assert results["t1"] == {"name": "chatty", "terminated": True}
+    assert "No child named 'nobody'" in results["m1"]["error"]
+    chatty = get_session_store().load_state(persistent_child_id("p", "chatty"))
+    assert (chatty.status, chatty.aborted) == (SessionStatus.FAILED, True)
