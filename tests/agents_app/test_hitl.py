@@ -14,6 +14,7 @@ from sessions_app.services import EXPIRED_FAILURE_REASON, expired_session_cleanu
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager
+from tests.agents_app.test_api_chat import post_chat
 from tests.agents_app.test_runtime import (
     chunk_types,
     finished,
@@ -261,3 +262,20 @@ def test_aborting_a_suspended_session_fails_its_run(worker, owner):  # noqa: F81
     assert answer.status_code == 202
     assert get_session_store().get_current_run("s-1").status == RunStatus.FAILED
     assert get_session_store().load_state("s-1").status == SessionStatus.FAILED
+
+
+def test_the_chat_response_closes_at_the_suspension(worker, owner):  # noqa: F811
+    body = {
+        "id": "s-1",
+        "agentType": "approver",
+        "messages": [{"id": "u-1", "role": "user", "parts": [{"type": "text", "text": "Go."}]}],
+    }
+
+    status, _, parts = post_chat(owner, body)
+
+    assert status == 200
+    assert {"type": "tool-approval-request", "approvalId": "call-transfer"}.items() <= next(
+        p for p in parts if isinstance(p, dict) and p["type"] == "tool-approval-request"
+    ).items()
+    assert parts[-2:] == [{"type": "finish", "finishReason": "tool-calls"}, "[DONE]"]
+    assert get_session_store().load_state("s-1").status == SessionStatus.SUSPENDED_CLIENT_TOOL
