@@ -6,7 +6,7 @@ from sessions_app.stores.rules import MAX_IDENTIFIER_LENGTH
 class SessionIdConverter:
     """Match a session id in a path; a longer one is no route at all, so it answers 404."""
 
-    regex = f"[^/]{{1,{MAX_IDENTIFIER_LENGTH}}}"
+    regex = f"[^/\\x00]{{1,{MAX_IDENTIFIER_LENGTH}}}"
 
     def to_python(self, value: str) -> str:
         return value

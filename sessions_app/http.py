@@ -5,9 +5,10 @@
 DRF views use `exception_handler`; plain Django views (the SSE stream) use `error_response`.
 """
 
+from collections.abc import Iterable
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -42,3 +43,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:
         response.data = error_body(str(exc.get_codes()).replace("_", "-"), str(exc.detail))
     return response
+
+
+def query_input(query: QueryDict, *, repeatable: Iterable[str] = ()) -> dict[str, Any]:
+    """Return the query as a serializer's data: each parameter's last value, or, for the
+    `repeatable` ones, all of them.
+
+    Plain data, not the `QueryDict`: DRF skips an empty value in a `QueryDict` as if it were
+    absent, where `?limit=` is a mistake to report.
+    """
+    many = set(repeatable)
+    return {name: values if name in many else values[-1] for name, values in query.lists()}

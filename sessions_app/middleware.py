@@ -1,6 +1,8 @@
 """Middleware of the API surface."""
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -11,11 +13,13 @@ from sessions_app.http import error_body
 
 
 @sync_and_async_middleware
-def request_body_limit(get_response: Callable) -> Callable:
-    """Answer 413 in the error shape to an API request whose body is over the limit.
+def api_request_guard(get_response: Callable) -> Callable:
+    """Refuse, in the error shape, an API request no view should see.
 
-    The limit is ``HELIX["MAX_REQUEST_BYTES"]``; the body's size is its `Content-Length`, or
-    what arrived when there is none (a chunked request).
+    413 for a body over ``HELIX["MAX_REQUEST_BYTES"]`` (its `Content-Length`, or what arrived
+    when there is none: a chunked request); 400 for a NUL character anywhere in the query or in
+    a JSON body's keys and strings, which PostgreSQL cannot store, so that no input is half
+    accepted on one database and a server error on another.
     """
 
     if iscoroutinefunction(get_response):
@@ -32,8 +36,14 @@ def request_body_limit(get_response: Callable) -> Callable:
 
 
 def _refusal(request: HttpRequest) -> HttpResponse | None:
+    if not request.path.startswith("/api/"):
+        return None
+    return _too_large(request) or _has_nul(request)
+
+
+def _too_large(request: HttpRequest) -> HttpResponse | None:
     limit = helix_setting("MAX_REQUEST_BYTES")
-    if not limit or not request.path.startswith("/api/"):
+    if not limit:
         return None
     length = request.META.get("CONTENT_LENGTH")
     size = int(length) if length and length.isdigit() else len(request.body)
@@ -43,3 +53,32 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
     return JsonResponse(
         error_body("request-too-large", message, {"limit": limit, "size": size}), status=413
     )
+
+
+def _has_nul(request: HttpRequest) -> HttpResponse | None:
+    if any(_holds_nul(name) or _holds_nul(values) for name, values in request.GET.lists()):
+        where = "query"
+    elif request.content_type == "application/json" and b"\\u0000" in request.body:
+        try:
+            where = "body" if _holds_nul(json.loads(request.body)) else None
+        except ValueError:
+            where = None  # Not JSON: the view's parser says so.
+    else:
+        where = None
+    if where is None:
+        return None
+    return JsonResponse(
+        error_body("invalid-input", f"The {where} holds a NUL character.", {where: "NUL"}),
+        status=400,
+    )
+
+
+def _holds_nul(value: Any) -> bool:
+    """Return whether a JSON value holds a NUL character in any key or string."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False

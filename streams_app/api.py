@@ -6,7 +6,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from sessions_app.http import query_input
 from sessions_app.selectors import session_for_user
+from sessions_app.stores.rules import MAX_POSITION
 from streams_app.backends import get_stream_manager
 from streams_app.errors import StreamNotFound
 
@@ -26,12 +28,12 @@ class HistoryView(APIView):
     """`GET /api/sessions/{id}/history?fromSequence=&limit=`: stored chunks after a sequence."""
 
     class Input(serializers.Serializer):
-        fromSequence = serializers.IntegerField(min_value=0, default=0)
+        fromSequence = serializers.IntegerField(min_value=0, max_value=MAX_POSITION, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
 
     @extend_schema(parameters=[Input], responses=HistoryOutput)
     def get(self, request: Request, session_id: str) -> Response:
-        query = self.Input(data=request.query_params)
+        query = self.Input(data=query_input(request.query_params))
         query.is_valid(raise_exception=True)
         session = session_for_user(session_id=session_id, user=request.user)
         try:

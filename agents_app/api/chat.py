@@ -6,7 +6,7 @@ and re-attaches with `GET /api/chat/{id}/stream` (204 when no run is executing).
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,14 +16,23 @@ from agents_app.api.fields import StrictCharField
 from agents_app.api.runs import ReasonInput
 from agents_app.api.throttles import RunStartThrottle
 from agents_app.chat import ChatRun, chat_following, chat_interrupt, chat_send
-from agents_app.errors import InvalidChatMessage
 from agents_app.ui_stream import HEADERS, failed_stream, ui_message_stream
 from sessions_app.conf import helix_setting
 from sessions_app.converters import SessionIdConverter
 from sessions_app.http import error_body
 from streams_app.backends import get_stream_manager
 
-UI_MESSAGE_STREAM = {(200, "text/event-stream"): OpenApiTypes.STR}
+# One event of a UI message stream: a UI message chunk as JSON, or `[DONE]` at the end.
+UI_MESSAGE_STREAM = {
+    (200, "text/event-stream"): inline_serializer(
+        "UIMessageStreamEvent",
+        fields={
+            "data": serializers.CharField(help_text="A UI message chunk as JSON, or [DONE]."),
+            "event": serializers.CharField(required=False),
+            "id": serializers.CharField(required=False),
+        },
+    )
+}
 
 
 def ui_message_response(run: ChatRun) -> StreamingHttpResponse:
@@ -48,7 +57,9 @@ class ChatView(APIView):
         id = serializers.RegexField(f"^{SessionIdConverter.regex}$", help_text="The chat id.")
         messages = serializers.ListField(child=serializers.DictField(), default=list)
         trigger = serializers.ChoiceField(
-            choices=["submit-message", "regenerate-message"], default="submit-message"
+            choices=["submit-message"],
+            default="submit-message",
+            help_text="Regenerating a reply (`regenerate-message`) is not supported yet.",
         )
         messageId = StrictCharField(required=False, allow_null=True, max_length=255)
         agentType = StrictCharField(
@@ -63,8 +74,6 @@ class ChatView(APIView):
         body = self.ChatInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        if data["trigger"] == "regenerate-message":
-            raise InvalidChatMessage("Regenerating a reply is not supported: send a message.")
         run = chat_send(
             user=request.user,
             chat_id=data["id"],

@@ -7,8 +7,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents_app.api.fields import StrictCharField
 from agents_app.selectors import agent_snapshot
 from agents_app.ui import ui_messages
+from sessions_app.http import query_input
 from sessions_app.selectors import (
     session_checkpoints,
     session_messages,
@@ -16,7 +18,7 @@ from sessions_app.selectors import (
     session_usage_entries,
     session_usage_rollup,
 )
-from sessions_app.stores.rules import MAX_PAGE_SIZE
+from sessions_app.stores.rules import MAX_PAGE_SIZE, MAX_POSITION
 from sessions_app.usage.types import UsageKind
 
 
@@ -36,12 +38,12 @@ class MessagesView(APIView):
     """
 
     class MessagesInput(serializers.Serializer):
-        offset = serializers.IntegerField(min_value=0, default=0)
+        offset = serializers.IntegerField(min_value=0, max_value=MAX_POSITION, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=50)
 
     @extend_schema(parameters=[MessagesInput], responses=MessagePageOutput)
     def get(self, request: Request, session_id: str) -> Response:
-        query = self.MessagesInput(data=request.query_params)
+        query = self.MessagesInput(data=query_input(request.query_params))
         query.is_valid(raise_exception=True)
         page = session_messages(user=request.user, session_id=session_id, **query.validated_data)
         body = {
@@ -59,7 +61,7 @@ class UsageView(APIView):
 
     class UsageInput(serializers.Serializer):
         mode = serializers.ChoiceField(choices=["rollup", "entries"], default="rollup")
-        runId = serializers.CharField(required=False, max_length=255)
+        runId = StrictCharField(required=False, max_length=255)
         kind = serializers.ListField(
             child=serializers.ChoiceField(choices=UsageKind.choices),
             required=False,
@@ -68,7 +70,7 @@ class UsageView(APIView):
 
     @extend_schema(parameters=[UsageInput], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, session_id: str) -> Response:
-        query = self.UsageInput(data=request.query_params)
+        query = self.UsageInput(data=query_input(request.query_params, repeatable=("kind",)))
         query.is_valid(raise_exception=True)
         data = query.validated_data
         scope = {"user": request.user, "session_id": session_id, "run_id": data.get("runId")}
@@ -124,7 +126,7 @@ class CheckpointsView(APIView):
 
     @extend_schema(parameters=[CheckpointsInput], responses=CheckpointListOutput)
     def get(self, request: Request, session_id: str) -> Response:
-        query = self.CheckpointsInput(data=request.query_params)
+        query = self.CheckpointsInput(data=query_input(request.query_params))
         query.is_valid(raise_exception=True)
         checkpoints = session_checkpoints(
             user=request.user, session_id=session_id, limit=query.validated_data.get("limit")

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from agents_app.api.fields import MetadataField, StrictCharField, TagsField
 from agents_app.api.throttles import RunStartThrottle
+from agents_app.inputs import RunInput
 from agents_app.launch import StartedRun
 from agents_app.selectors import agent_status
 from agents_app.services import (
@@ -22,40 +23,10 @@ from agents_app.services import (
     agent_retry,
     agent_start,
 )
-
-RUN_INPUT_SCHEMA = {
-    "oneOf": [
-        {"type": "string"},
-        {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "object",
-                "properties": {
-                    "role": {"type": "string", "enum": ["user"]},
-                    "content": {"type": "string"},
-                    "metadata": {"type": "object"},
-                    "files": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "data": {"type": "string", "description": "A base64 data URI."},
-                                "mediaType": {"type": "string"},
-                                "filename": {"type": "string"},
-                            },
-                            "required": ["data", "mediaType"],
-                        },
-                    },
-                },
-                "required": ["content"],
-            },
-        },
-    ]
-}
+from sessions_app.openapi import pydantic_schema
 
 
-@extend_schema_field(RUN_INPUT_SCHEMA)
+@extend_schema_field(pydantic_schema(RunInput))
 class RunInputField(serializers.JSONField):
     """A string, or user messages with metadata and files (`agents_app.inputs` checks them)."""
 

@@ -1,6 +1,6 @@
 """`/api/sessions/`: list, create, read, relabel and delete the caller's sessions."""
 
-from typing import Any, get_args
+from typing import get_args
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -8,11 +8,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents_app.api.fields import MetadataField, TagsField
+from agents_app.api.fields import ClosedSerializer, MetadataField, StrictCharField, TagsField
 from agents_app.services import agent_session_create
+from sessions_app.http import query_input
 from sessions_app.selectors import session_for_user, session_list
 from sessions_app.services import session_update_labels
-from sessions_app.stores.rules import MAX_PAGE_SIZE
+from sessions_app.stores.rules import MAX_PAGE_SIZE, MAX_POSITION
 from sessions_app.stores.types import SessionOrdering, SessionStatus
 from streams_app.services import session_delete
 
@@ -59,14 +60,14 @@ class SessionListView(APIView):
     """`GET` the caller's sessions, filtered and paged; `POST` a new one."""
 
     class ListInput(serializers.Serializer):
-        agentType = serializers.CharField(required=False, max_length=255)
+        agentType = StrictCharField(required=False, max_length=255)
         status = serializers.ListField(
             child=serializers.ChoiceField(choices=SessionStatus.choices), required=False
         )
-        userId = serializers.CharField(required=False, max_length=255)
+        userId = StrictCharField(required=False, max_length=255)
         tags = TagsField(required=False, help_text="Sessions holding every one of these tags.")
         metadata = serializers.ListField(
-            child=serializers.RegexField(r"^[^=]+=.*$", max_length=10_000),
+            child=serializers.RegexField(r"^[^=]+=", max_length=10_000, trim_whitespace=False),
             required=False,
             help_text="`key=value` pairs the session's metadata must all hold.",
         )
@@ -75,12 +76,12 @@ class SessionListView(APIView):
         updatedAfter = serializers.DateTimeField(required=False)
         updatedBefore = serializers.DateTimeField(required=False)
         orderBy = serializers.ChoiceField(choices=get_args(SessionOrdering), default="-created_at")
-        offset = serializers.IntegerField(min_value=0, default=0)
+        offset = serializers.IntegerField(min_value=0, max_value=MAX_POSITION, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=50)
 
     class CreateInput(serializers.Serializer):
-        agentType = serializers.CharField(max_length=255)
-        userId = serializers.CharField(required=False, max_length=255)
+        agentType = StrictCharField(max_length=255)
+        userId = StrictCharField(required=False, max_length=255)
         tags = TagsField(required=False, default=list)
         metadata = MetadataField(required=False, default=dict)
         expiresAt = serializers.DateTimeField(required=False, allow_null=True)
@@ -89,7 +90,9 @@ class SessionListView(APIView):
         operation_id="sessions_list", parameters=[ListInput], responses=SessionPageOutput
     )
     def get(self, request: Request) -> Response:
-        query = self.ListInput(data=request.query_params)
+        query = self.ListInput(
+            data=query_input(request.query_params, repeatable=("status", "tags", "metadata"))
+        )
         query.is_valid(raise_exception=True)
         data = query.validated_data
         page = session_list(
@@ -130,21 +133,14 @@ class SessionListView(APIView):
 class SessionDetailView(APIView):
     """`GET` one of the caller's sessions, `PATCH` its labels, or `DELETE` it."""
 
-    class PatchInput(serializers.Serializer):
+    class PatchInput(ClosedSerializer):
+        """The labels to change: tags, metadata and expiresAt, nothing else."""
+
+        unknown_field_message = "Only tags, metadata and expiresAt can be changed."
+
         tags = TagsField(required=False)
         metadata = MetadataField(required=False)
         expiresAt = serializers.DateTimeField(required=False, allow_null=True)
-
-        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-            unknown = sorted(set(self.initial_data) - set(LABELS))
-            if unknown:
-                raise serializers.ValidationError(
-                    {
-                        name: ["Only tags, metadata and expiresAt can be changed."]
-                        for name in unknown
-                    }
-                )
-            return attrs
 
     @extend_schema(responses=SessionOutput)
     def get(self, request: Request, session_id: str) -> Response:

@@ -32,6 +32,8 @@ from sessions_app.stores.types import (
 
 MAX_IDENTIFIER_LENGTH = 255
 MAX_PAGE_SIZE = 1000
+# The largest offset or sequence a query takes: the databases' 64-bit integers.
+MAX_POSITION = 2**63 - 1
 
 # The SessionState fields `save_state` writes.
 MUTABLE_STATE_FIELDS = tuple(
@@ -113,8 +115,8 @@ def lease_is_live(holder: str, expires_at: datetime | None, now: datetime) -> bo
 
 def check_page(offset: int, limit: int) -> None:
     """Raise `ValueError` unless offset and limit describe a valid page."""
-    if offset < 0:
-        raise ValueError("offset must not be negative.")
+    if not 0 <= offset <= MAX_POSITION:
+        raise ValueError(f"offset must be from 0 to {MAX_POSITION}.")
     if not 1 <= limit <= MAX_PAGE_SIZE:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}.")
 

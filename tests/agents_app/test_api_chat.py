@@ -93,7 +93,7 @@ def test_reattaching_to_an_idle_chat_answers_204(worker, owner):  # noqa: F811
         ({"id": "c-1", "agentType": "counter", "messages": "hi"}, "messages"),
         (
             {"id": "c-1", "agentType": "counter", "trigger": "regenerate-message", "messages": []},
-            "Regenerating",
+            "trigger",
         ),
     ],
 )

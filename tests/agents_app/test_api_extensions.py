@@ -185,3 +185,46 @@ def test_a_start_while_a_run_runs_follows_the_concurrency_policy(owner, settings
     else:
         assert second.json()["status"] == "queued"
         assert second.json()["runId"] != first.json()["runId"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/sessions/s-1/start", {"agentType": "counter", "input": {"message": "a\x00b"}}),
+        (
+            "/api/sessions/s-1/start",
+            {
+                "agentType": "counter",
+                "input": {"message": [{"content": "x", "metadata": {"k\x00": 1}}]},
+            },
+        ),
+        ("/api/sessions/", {"agentType": "counter", "metadata": {"k": "v\x00"}}),
+    ],
+)
+def test_a_nul_anywhere_in_a_json_body_answers_400_and_writes_nothing(owner, path, body):
+    response = client_of(owner).post(path, body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid-input"
+    assert not AgentSession.objects.exists()
+
+
+def test_a_nul_in_the_query_or_in_a_session_id_is_refused(owner):
+    client = client_of(owner)
+
+    in_query = client.get("/api/sessions/", {"agentType": "a\x00"})
+    in_path = client.get("/api/sessions/a%00b/")
+
+    assert in_query.status_code == 400
+    assert in_query.json()["error"]["details"] == {"query": "NUL"}
+    assert in_path.status_code == 404
+    assert in_path.json()["error"]["code"] == "not-found"
+
+
+def test_the_api_speaks_json_only(owner):
+    response = client_of(owner).post(
+        "/api/sessions/", "agentType=counter", content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 415
+    assert not AgentSession.objects.exists()

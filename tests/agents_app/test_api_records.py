@@ -102,6 +102,9 @@ def test_the_snapshot_holds_the_last_commit_and_the_sequence_it_left_the_stream_
     [
         ("messages", {"limit": 0}),
         ("messages", {"offset": -1}),
+        ("messages", {"offset": 2**63}),  # Past the database's integers.
+        ("messages", {"limit": ""}),  # An empty value is a mistake, not an absent one.
+        ("usage", {"runId": ""}),
         ("usage", {"mode": "sum"}),
         ("usage", {"mode": "entries", "kind": "gold"}),
         ("checkpoints", {"limit": 100_000}),

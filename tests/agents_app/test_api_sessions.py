@@ -115,7 +115,15 @@ def test_the_list_filters_by_status_agent_type_and_time(owner):
 
 @pytest.mark.parametrize(
     "query",
-    [{"limit": 0}, {"limit": 5000}, {"offset": -1}, {"status": "sleeping"}, {"metadata": "x"}],
+    [
+        {"limit": 0},
+        {"limit": 5000},
+        {"offset": -1},
+        {"offset": 2**63},
+        {"status": "sleeping"},
+        {"metadata": "x"},
+        {"userId": ""},
+    ],
 )
 def test_a_bad_list_query_answers_400(owner, query):
     response = client_of(owner).get("/api/sessions/", query)

@@ -119,6 +119,7 @@ def test_sse_sends_heartbeats_while_the_stream_is_quiet(owner, owned_session):
         ("owner", "no-such-session", "", 404, "session-not-found"),
         ("anonymous", "chat-1", "", 401, "not-authenticated"),
         ("owner", "chat-1", "fromSequence=soon", 400, "invalid-from-sequence"),
+        ("owner", "chat-1", f"fromSequence={2**63}", 400, "invalid-from-sequence"),
     ],
 )
 def test_sse_refusals_are_json_errors(
@@ -192,7 +193,15 @@ def test_history_of_another_users_session_is_a_404_like_a_missing_one(
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "query", [{"fromSequence": -1}, {"limit": 0}, {"limit": 5000}, {"limit": "x"}]
+    "query",
+    [
+        {"fromSequence": -1},
+        {"fromSequence": 2**63},
+        {"limit": 0},
+        {"limit": 5000},
+        {"limit": "x"},
+        {"limit": ""},
+    ],
 )
 def test_history_rejects_bad_parameters_with_a_json_error(owner, owned_session, query):
     client = APIClient()
