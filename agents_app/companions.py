@@ -23,7 +23,7 @@ from agents_app.definitions import Agent, Tool, ToolContext
 from agents_app.inputs import input_messages
 from agents_app.llm.base import ToolCall
 from agents_app.registry import AgentFactoryContext, get_registry
-from agents_app.subagents import ENDED, child_outcome
+from agents_app.subagents import ENDED, child_outcome, create_child
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
     SessionState,
@@ -153,32 +153,14 @@ def start_child(parent: SessionState, agent_type: str, name: str, message: str) 
     run_id = uuid.uuid4().hex
     child = store.load_state(child_id)
     if child is None:
-        agent = get_registry().resolve(
-            agent_type,
-            AgentFactoryContext(session_id=child_id, run_id=run_id, user_id=parent.user_id),
-        )
-        child = store.create_session(
-            child_id,
+        ref = SubSessionRef(
+            sub_session_id=child_id,
             agent_type=agent_type,
-            parent_session_id=parent.session_id,
-            root_session_id=parent.root_session_id or parent.session_id,
-            owner_id=parent.owner_id,
-            user_id=parent.user_id,
-            custom_state=agent.make_initial_state(),
+            parent_tool_call_id="",
+            mode=SubSessionMode.PERSISTENT,
+            name=name,
         )
-        store.add_sub_session_refs(
-            parent.session_id,
-            [
-                SubSessionRef(
-                    sub_session_id=child_id,
-                    agent_type=agent_type,
-                    parent_tool_call_id="",
-                    mode=SubSessionMode.PERSISTENT,
-                    name=name,
-                    started_at=child.created_at,
-                )
-            ],
-        )
+        child = create_child(parent, ref, run_id)
     else:
         if child.aborted:
             raise ChildUnavailable(f"The child {name!r} was terminated.")

@@ -128,16 +128,23 @@ def continue_run(state: SessionState, writer: StreamWriter, run_id: str) -> None
     and enqueue the next step when the caller's transaction commits. A client re-attaching
     follows the run from here.
     """
+    write_run_resumed(writer, state, run_id, previous_run_id=run_id)
+    get_session_store().update_run_status(
+        run_id, RunStatus.RUNNING, metadata={"resumedFromSequence": writer.last_sequence - 1}
+    )
+    tasks.run_step_task.delay_on_commit(state.session_id, run_id, state.step_count + 1)
+
+
+def write_run_resumed(
+    writer: StreamWriter, state: SessionState, run_id: str, *, previous_run_id: str | None
+) -> None:
+    """Mark on the session's stream that `run_id` goes on from `previous_run_id`."""
     writer.write(
         chunks.RunResumed(
             step=state.step_count,
             session_id=state.session_id,
             agent_type=state.agent_type,
             run_id=run_id,
-            previous_run_id=run_id,
+            previous_run_id=previous_run_id,
         )
     )
-    get_session_store().update_run_status(
-        run_id, RunStatus.RUNNING, metadata={"resumedFromSequence": writer.last_sequence - 1}
-    )
-    tasks.run_step_task.delay_on_commit(state.session_id, run_id, state.step_count + 1)

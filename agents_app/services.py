@@ -28,7 +28,6 @@ from sessions_app.stores.types import (
     SessionState,
     SessionStatus,
 )
-from streams_app import chunks
 from streams_app.backends import get_stream_manager
 
 RESUMABLE = frozenset({SessionStatus.INTERRUPTED})
@@ -267,15 +266,7 @@ def _at_checkpoint(state: SessionState, checkpoint: Checkpoint) -> SessionState:
 
 def _announce_resume(state: SessionState, run_id: str, previous_run_id: str | None) -> None:
     writer = get_stream_manager().create_writer(state.stream_id, run_id, state.agent_type)
-    writer.write(
-        chunks.RunResumed(
-            step=state.step_count,
-            session_id=state.session_id,
-            agent_type=state.agent_type,
-            run_id=run_id,
-            previous_run_id=previous_run_id,
-        )
-    )
+    launch.write_run_resumed(writer, state, run_id, previous_run_id=previous_run_id)
 
 
 def _hooks(state: SessionState) -> AgentHooks:

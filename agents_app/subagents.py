@@ -3,11 +3,11 @@
 The parent's step spawns its children in the transaction that suspends it
 (`suspended_awaiting_children`): each child is a session with a deterministic id, a
 `SubSessionRef` of the parent, and a run of its own. (Persistent children, `companions`, are
-awaited the same way.) When a child's run ends, `child_finished`
-(a Celery task, after the child's commit) copies the child's chunks into the parent's stream
-between `subagent_start` and `subagent_end`, records the call as finished, and continues the
-parent once nothing else is awaited. A child that outlives its tool's timeout is aborted, which
-fails that call, not the parent.
+awaited the same way.) When a child's run ends, `child_finished` (a Celery task, after the
+child's commit) copies the run's chunks into the parent's stream between `subagent_start` and
+`subagent_end`, records the call as finished, and continues the parent once nothing else is
+awaited. A child that outlives its tool's timeout is aborted, which fails that call, not the
+parent.
 """
 
 import json
@@ -52,37 +52,41 @@ def spawn_child(parent: SessionState, call: ToolCall, tool: Tool) -> SessionStat
     Call it in the transaction that suspends the parent: the child commits with the suspension,
     and its first step is enqueued, and its timeout set, when that transaction commits.
     """
-    store = get_session_store()
-    child_id = child_session_id(parent.session_id, call.id)
     run_id = uuid.uuid4().hex
+    child = create_child(
+        parent,
+        SubSessionRef(
+            sub_session_id=child_session_id(parent.session_id, call.id),
+            agent_type=tool.sub_agent,
+            parent_tool_call_id=call.id,
+        ),
+        run_id,
+    )
+    launch.begin_run(child, run_id, input_messages(json.dumps(call.arguments)))
+    tasks.child_timeout_task.apply_async_on_commit(
+        (parent.session_id, child.session_id, tool.timeout_seconds),
+        countdown=tool.timeout_seconds,
+    )
+    return child
+
+
+def create_child(parent: SessionState, ref: SubSessionRef, run_id: str) -> SessionState:
+    """Create the child session `ref` names, with its agent's initial state, and record `ref`."""
+    store = get_session_store()
     agent = get_registry().resolve(
-        tool.sub_agent,
-        AgentFactoryContext(session_id=child_id, run_id=run_id, user_id=parent.user_id),
+        ref.agent_type,
+        AgentFactoryContext(session_id=ref.sub_session_id, run_id=run_id, user_id=parent.user_id),
     )
     child = store.create_session(
-        child_id,
-        agent_type=tool.sub_agent,
+        ref.sub_session_id,
+        agent_type=ref.agent_type,
         parent_session_id=parent.session_id,
         root_session_id=parent.root_session_id or parent.session_id,
         owner_id=parent.owner_id,
         user_id=parent.user_id,
         custom_state=agent.make_initial_state(),
     )
-    store.add_sub_session_refs(
-        parent.session_id,
-        [
-            SubSessionRef(
-                sub_session_id=child_id,
-                agent_type=tool.sub_agent,
-                parent_tool_call_id=call.id,
-                started_at=timezone.now(),
-            )
-        ],
-    )
-    launch.begin_run(child, run_id, input_messages(json.dumps(call.arguments)))
-    tasks.child_timeout_task.apply_async_on_commit(
-        (parent.session_id, child_id, tool.timeout_seconds), countdown=tool.timeout_seconds
-    )
+    store.add_sub_session_refs(parent.session_id, [replace(ref, started_at=timezone.now())])
     return child
 
 
@@ -191,7 +195,9 @@ def child_finished(parent_session_id: str, child_id: str) -> None:
         launch.continue_run(parent, writer, run.run_id)
 
 
-def _record_end(parent_session_id: str, ref: SubSessionRef, child: SessionState, run_id) -> None:
+def _record_end(
+    parent_session_id: str, ref: SubSessionRef, child: SessionState, run_id: str | None
+) -> None:
     """Record a child's run as ended on its ref and in the parent's usage."""
     now = timezone.now()
     get_session_store().update_sub_session_ref(

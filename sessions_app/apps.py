@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.backends.signals import connection_created
 from django.urls import register_converter
 
 
@@ -10,3 +13,12 @@ class SessionsAppConfig(AppConfig):
         from sessions_app.converters import SessionIdConverter
 
         register_converter(SessionIdConverter, "session_id")
+        connection_created.connect(_register_sqlite_functions)
+
+
+def _register_sqlite_functions(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Give each SQLite connection the functions the message search triggers call."""
+    if connection.vendor == "sqlite":
+        from sessions_app.stores.search import register_sqlite_functions
+
+        register_sqlite_functions(connection.connection)

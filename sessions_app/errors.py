@@ -192,3 +192,13 @@ class InvalidUsageQuery(InvalidInput):
     def __init__(self, message: str, *, argument: str) -> None:
         super().__init__(message, argument=argument)
         self.argument = argument
+
+
+class SearchUnsupported(HelixError):
+    """The configured session store has no full-text search."""
+
+    code = "search-unsupported"
+    http_status = 501
+
+    def __init__(self, backend: str) -> None:
+        super().__init__(f"The session store {backend} has no full-text search.", backend=backend)

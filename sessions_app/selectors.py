@@ -9,6 +9,7 @@ from sessions_app.errors import SessionNotFound
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
     Checkpoint,
+    MessageHit,
     PaginatedMessages,
     PaginatedSessions,
     RunRecord,
@@ -44,6 +45,19 @@ def session_messages(
     """Return a page of the user's session's messages in sequence order."""
     session_for_user(session_id=session_id, user=user)
     return get_session_store().get_messages(session_id, offset=offset, limit=limit)
+
+
+def session_search(
+    *, user: AbstractBaseUser, session_id: str, query: str, limit: int
+) -> list[MessageHit]:
+    """Return the user's session's messages holding `query` as a phrase, best first."""
+    session_for_user(session_id=session_id, user=user)
+    return get_session_store().search_messages(session_id, query, limit=limit)
+
+
+def user_search(*, user: AbstractBaseUser, query: str, limit: int) -> list[MessageHit]:
+    """Return the messages of all the user's sessions holding every word of `query`."""
+    return get_session_store().search_owner_messages(user.pk, query, limit=limit)
 
 
 def session_runs(*, user: AbstractBaseUser, session_id: str) -> list[RunRecord]:

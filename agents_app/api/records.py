@@ -15,8 +15,10 @@ from sessions_app.selectors import (
     session_checkpoints,
     session_messages,
     session_runs,
+    session_search,
     session_usage_entries,
     session_usage_rollup,
+    user_search,
 )
 from sessions_app.stores.rules import MAX_PAGE_SIZE, MAX_POSITION
 from sessions_app.usage.types import UsageKind
@@ -162,3 +164,51 @@ class SnapshotView(APIView):
         }
         body |= {key: value for key, value in optional.items() if value}
         return Response(body)
+
+
+class SearchHitOutput(serializers.Serializer):
+    id = serializers.CharField(source="message_id")
+    sessionId = serializers.CharField(source="session_id")
+    role = serializers.CharField()
+    content = serializers.CharField()
+    createdAt = serializers.DateTimeField(source="created_at")
+
+
+class SearchOutput(serializers.Serializer):
+    results = SearchHitOutput(many=True)
+
+
+class SearchInput(serializers.Serializer):
+    q = StrictCharField(max_length=1000, help_text="Words to look for; English stems match.")
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=20)
+
+
+class SessionSearchView(APIView):
+    """`GET ?q&limit`: the session's messages holding `q` as a phrase, best first."""
+
+    @extend_schema(parameters=[SearchInput], responses=SearchOutput)
+    def get(self, request: Request, session_id: str) -> Response:
+        query = SearchInput(data=query_input(request.query_params))
+        query.is_valid(raise_exception=True)
+        hits = session_search(
+            user=request.user,
+            session_id=session_id,
+            query=query.validated_data["q"],
+            limit=query.validated_data["limit"],
+        )
+        return Response(SearchOutput({"results": hits}).data)
+
+
+class SearchView(APIView):
+    """`GET ?q&limit`: messages of all the caller's sessions holding every word of `q`."""
+
+    @extend_schema(operation_id="search", parameters=[SearchInput], responses=SearchOutput)
+    def get(self, request: Request) -> Response:
+        query = SearchInput(data=query_input(request.query_params))
+        query.is_valid(raise_exception=True)
+        hits = user_search(
+            user=request.user,
+            query=query.validated_data["q"],
+            limit=query.validated_data["limit"],
+        )
+        return Response(SearchOutput({"results": hits}).data)

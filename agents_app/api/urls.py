@@ -19,6 +19,8 @@ urlpatterns = [
     path(SESSION + "runs", records.RunsView.as_view(), name="session-runs"),
     path(SESSION + "checkpoints", records.CheckpointsView.as_view(), name="session-checkpoints"),
     path(SESSION + "snapshot", records.SnapshotView.as_view(), name="session-snapshot"),
+    path(SESSION + "search", records.SessionSearchView.as_view(), name="session-search"),
+    path("search", records.SearchView.as_view(), name="search"),
     path("chat", chat.ChatView.as_view(), name="chat"),
     path(CHAT + "stream", chat.ChatStreamView.as_view(), name="chat-stream"),
     path(

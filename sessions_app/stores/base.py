@@ -18,10 +18,11 @@ Conventions every backend keeps (the conformance suite checks each one):
 import abc
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Concatenate
+from typing import Any, ClassVar, Concatenate
 
 from asgiref.sync import sync_to_async
 
+from sessions_app.errors import SearchUnsupported
 from sessions_app.stores.types import (
     LIVE_STATUSES,
     CasResult,
@@ -32,6 +33,7 @@ from sessions_app.stores.types import (
     Lease,
     MergeResult,
     Message,
+    MessageHit,
     PaginatedMessages,
     PaginatedSessions,
     QueuedRun,
@@ -275,6 +277,27 @@ class SessionStateStore(abc.ABC):
         Crash recovery uses this to cut messages back to a checkpoint's message count.
         """
 
+    # Full-text search (optional: a backend that has it sets `supports_search`)
+
+    supports_search: ClassVar[bool] = False
+
+    def search_messages(self, session_id: str, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """Return the session's messages holding `query`'s words as a phrase, best first.
+
+        Words match by their English stem ("deploying" finds "deployment").
+        Raises `SearchUnsupported` where the backend has no search.
+        """
+        raise SearchUnsupported(type(self).__name__)
+
+    def search_owner_messages(
+        self, owner_id: int, query: str, *, limit: int = 20
+    ) -> list[MessageHit]:
+        """Return the messages of the owner's sessions holding every word of `query`, best first.
+
+        Raises `SearchUnsupported` where the backend has no search.
+        """
+        raise SearchUnsupported(type(self).__name__)
+
     # Cross-session listing
 
     @abc.abstractmethod
@@ -458,6 +481,8 @@ class SessionStateStore(abc.ABC):
     alist_expired_sessions = async_twin(list_expired_sessions)
     acreate_run = async_twin(create_run)
     aupdate_run_status = async_twin(update_run_status)
+    asearch_messages = async_twin(search_messages)
+    asearch_owner_messages = async_twin(search_owner_messages)
     aget_current_run = async_twin(get_current_run)
     alist_runs = async_twin(list_runs)
     aqueue_run = async_twin(queue_run)

@@ -24,7 +24,7 @@ from sessions_app.errors import (
     SubSessionRefNotFound,
     VersionConflict,
 )
-from sessions_app.stores import rules
+from sessions_app.stores import rules, search
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.statements import execute, fetch_one, statements
 from sessions_app.stores.types import (
@@ -39,6 +39,7 @@ from sessions_app.stores.types import (
     Lease,
     MergeResult,
     Message,
+    MessageHit,
     MessageRole,
     PaginatedMessages,
     PaginatedSessions,
@@ -412,6 +413,19 @@ class ORMSessionStateStore(SessionStateStore):
 
     def get_message_count(self, session_id: str) -> int:
         return _require(session_id, "message_count")["message_count"]
+
+    supports_search = True
+
+    def search_messages(self, session_id: str, query: str, *, limit: int = 20) -> list[MessageHit]:
+        rules.check_page(0, limit)
+        _require(session_id)
+        return search.search_messages(query, "phrase", limit, session_id=session_id)
+
+    def search_owner_messages(
+        self, owner_id: int, query: str, *, limit: int = 20
+    ) -> list[MessageHit]:
+        rules.check_page(0, limit)
+        return search.search_messages(query, "all_words", limit, owner_id=owner_id)
 
     def truncate_messages(self, session_id: str, message_count: int) -> int:
         if message_count < 0:

@@ -144,6 +144,17 @@ class Message:
 
 
 @dataclass(kw_only=True, slots=True)
+class MessageHit:
+    """A message a full-text search found."""
+
+    message_id: str
+    session_id: str
+    role: MessageRole
+    content: str
+    created_at: datetime
+
+
+@dataclass(kw_only=True, slots=True)
 class PaginatedMessages:
     messages: list[Message]
     total: int

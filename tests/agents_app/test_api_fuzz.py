@@ -1,5 +1,5 @@
-"""Schemathesis fuzzes the live API from its own OpenAPI schema: every check, positive and
-negative data, at least 50 examples per operation, zero failures.
+"""Schemathesis fuzzes the live API from its own OpenAPI schema: every check (but one, below),
+positive and negative data, at least 50 examples per operation, zero failures.
 
 The system runs as `manage.py serve` runs it (Daphne and a Celery worker) on this run's test
 database, so the PostgreSQL pass fuzzes PostgreSQL. Half the session ids the fuzzer sends are
@@ -27,6 +27,11 @@ EXAMPLES_PER_OPERATION = 50
 CONFIG = """
 [auth.openapi.tokenAuth]
 api_key = "Token {token}"
+
+[checks]
+# Starting a run on a free session id creates that session (reference 001 `/start`), so a
+# deleted session's id may be taken again: by design, not a use after free.
+use_after_free.enabled = false
 
 [generation]
 # The API refuses NUL anywhere in its input (PostgreSQL cannot store it; see its own test),

@@ -19,6 +19,7 @@ BODIES = {
     "sessions_interrupt_create": {"reason": "r"},
     "sessions_abort_create": {"reason": "r"},
     "chat_submit_tool_result_create": {"toolCallId": "call-1", "result": "ok"},
+    "sessions_search_retrieve": {"q": "hello"},  # A query, for a GET.
 }
 # Starting on an id nobody holds creates that session, so only the foreign id answers 404.
 CREATES_WHEN_MISSING = {"sessions_start_create"}

@@ -117,3 +117,30 @@ def test_bad_read_queries_answer_400(owner, route, query):
 
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid-input"
+
+
+def test_search_finds_stemmed_words_in_the_callers_sessions_only(owner, stranger):
+    store = get_session_store()
+    for session_id, user, text in [
+        ("mine", owner, "We are deploying on Friday"),
+        ("also-mine", owner, "The Friday deployment failed"),
+        ("theirs", stranger, "Their deployment is on Friday"),
+    ]:
+        store.create_session(session_id, agent_type="counter", owner_id=user.pk)
+        store.append_messages(session_id, [Message(role=MessageRole.USER, content=text)])
+    client = client_of(owner)
+
+    everywhere = client.get("/api/search", {"q": "deployment friday"}).json()["results"]
+    in_one = client.get("/api/sessions/mine/search", {"q": "deployment"}).json()["results"]
+    not_mine = client.get("/api/sessions/theirs/search", {"q": "deployment"})
+
+    assert {(hit["sessionId"], hit["content"]) for hit in everywhere} == {
+        ("mine", "We are deploying on Friday"),
+        ("also-mine", "The Friday deployment failed"),
+    }
+    assert [(hit["role"], hit["content"]) for hit in in_one] == [
+        ("user", "We are deploying on Friday")
+    ]
+    assert set(in_one[0]) == {"id", "sessionId", "role", "content", "createdAt"}
+    assert not_mine.status_code == 404
+    assert client.get("/api/search").status_code == 400  # `q` is needed.

@@ -690,6 +690,77 @@ def test_message_reads_of_missing_session_raise(store):
         store.get_message_count("nope")
 
 
+# Full-text search
+
+
+@pytest.fixture
+def searchable(store, django_user_model):
+    """Two sessions of one owner and one of another, holding messages to search."""
+    if not store.supports_search:
+        pytest.skip(f"{type(store).__name__} has no full-text search")
+    owner = django_user_model.objects.create_user("searcher")
+    other = django_user_model.objects.create_user("other")
+    for session_id, owner_id, texts in [
+        ("ops", owner.pk, ["We are deploying on Friday", "The deployment failed", "Lunch at noon"]),
+        ("notes", owner.pk, ["Friday deployments need a rollback plan"]),
+        ("theirs", other.pk, ["Their deployment is on Friday too"]),
+    ]:
+        store.create_session(session_id, agent_type="assistant", owner_id=owner_id)
+        store.append_messages(session_id, [user(text) for text in texts])
+    return owner
+
+
+def found(hits) -> set[tuple[str, str]]:
+    return {(hit.session_id, hit.content) for hit in hits}
+
+
+def test_a_session_search_stems_words_and_matches_the_phrase(store, searchable):
+    deploy = found(store.search_messages("ops", "deploy"))
+    phrase = found(store.search_messages("ops", "deploying on Friday"))
+    out_of_order = store.search_messages("ops", "Friday deploying")
+
+    assert deploy == {("ops", "We are deploying on Friday"), ("ops", "The deployment failed")}
+    assert phrase == {("ops", "We are deploying on Friday")}
+    assert out_of_order == []
+    hit = store.search_messages("ops", "lunch")[0]
+    assert (hit.role, hit.created_at is not None, hit.message_id) == (
+        MessageRole.USER,
+        True,
+        store.get_messages("ops").messages[2].id,
+    )
+
+
+def test_an_owner_search_finds_every_word_in_their_sessions_only(store, searchable):
+    hits = store.search_owner_messages(searchable.pk, "the Friday deployment")
+
+    assert found(hits) == {
+        ("ops", "We are deploying on Friday"),
+        ("notes", "Friday deployments need a rollback plan"),
+    }
+    assert store.search_owner_messages(searchable.pk, "deployment", limit=1)[0].session_id in {
+        "ops",
+        "notes",
+    }
+    assert len(store.search_owner_messages(searchable.pk, "deployment", limit=2)) == 2
+
+
+def test_search_takes_any_text_and_follows_deletions(store, searchable):
+    assert store.search_messages("ops", "") == []
+    assert found(store.search_messages("ops", '"failed*" (')) == {  # Words only; no syntax.
+        ("ops", "The deployment failed")
+    }
+    assert store.search_owner_messages(searchable.pk, "the of and") == []
+
+    store.truncate_messages("ops", 1)
+    store.delete_session("notes")
+
+    assert found(store.search_owner_messages(searchable.pk, "deployment")) == {
+        ("ops", "We are deploying on Friday")
+    }
+    with pytest.raises(SessionNotFound):
+        store.search_messages("notes", "deployment")
+
+
 def test_truncate_keeps_the_first_messages_and_appends_continue_after_them(store, session_id):
     store.append_messages(session_id, [user(str(n)) for n in range(1, 6)])
     before = store.load_state(session_id)
