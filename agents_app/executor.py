@@ -175,7 +175,7 @@ class _Attempt:
         self.holder = holder
         self.step_id = f"{run.run_id}:{step}"
         self.llm_stream = None
-        # The suspended step's calls, with what people submitted for them; committed first.
+        # The suspended step's calls, with what people and children gave; committed first.
         self.drained: list[ToolOutcome] = []
         self.agent = get_registry().resolve(
             state.agent_type,
@@ -320,7 +320,7 @@ class _Attempt:
     def _run_tools(
         self, reply: _Reply, writer: StreamWriter, held: list[ToolCall]
     ) -> list[ToolOutcome]:
-        """Run the reply's server tool calls; the `held` ones wait for a person."""
+        """Run the reply's server tool calls; the `held` ones wait for a person or a child."""
         held_ids = {call.id for call in held}
         calls = [c for c in reply.tool_calls if c.name != OUTPUT_TOOL_NAME and c.id not in held_ids]
         return run_tool_calls(self.tools, calls, self._scope(writer), self.state.custom_state)
@@ -356,7 +356,11 @@ class _Attempt:
     # Suspension
 
     def _suspend(
-        self, writer: StreamWriter, reply: _Reply, outcomes: list[ToolOutcome], held
+        self,
+        writer: StreamWriter,
+        reply: _Reply,
+        outcomes: list[ToolOutcome],
+        held: list[ToolCall],
     ) -> StepOutcome:
         """Commit the step with its held calls pending and suspend the run; nothing waits.
 

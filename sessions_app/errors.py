@@ -113,6 +113,18 @@ class StateSizeExceeded(HelixError):
         self.changed_keys = changed_keys
 
 
+class MessageNotFound(HelixError):
+    code = "message-not-found"
+    http_status = 404
+
+    def __init__(self, session_id: str, message_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} has no message {message_id!r}.",
+            session_id=session_id,
+            message_id=message_id,
+        )
+
+
 class MessageIdConflict(HelixError):
     """A message id the caller chose already belongs to another session."""
 

@@ -277,6 +277,34 @@ class SessionStateStore(abc.ABC):
         Crash recovery uses this to cut messages back to a checkpoint's message count.
         """
 
+    # Message tree (reference 002): each message's `parent_id` links it to the one it answers
+
+    @abc.abstractmethod
+    def get_message(self, session_id: str, message_id: str) -> Message | None:
+        """Return the session's message `message_id`, or `None`."""
+
+    @abc.abstractmethod
+    def get_latest_leaf(self, session_id: str) -> Message | None:
+        """Return the end of the active branch: the childless message appended last."""
+
+    @abc.abstractmethod
+    def get_history(
+        self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
+    ) -> list[Message]:
+        """Return the path from the root to `leaf_id` (default: the latest leaf), root first.
+
+        The path is read `chunk_size` ancestors at a time. Raises `SessionNotFound`, and
+        `MessageNotFound` for a leaf the session does not hold.
+        """
+
+    @abc.abstractmethod
+    def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
+        """Return how many messages `get_history` returns for `leaf_id`."""
+
+    @abc.abstractmethod
+    def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+        """Return the messages that answer `message_id`, one per branch, oldest first."""
+
     # Full-text search (optional: a backend that has it sets `supports_search`)
 
     supports_search: ClassVar[bool] = False
@@ -481,6 +509,11 @@ class SessionStateStore(abc.ABC):
     alist_expired_sessions = async_twin(list_expired_sessions)
     acreate_run = async_twin(create_run)
     aupdate_run_status = async_twin(update_run_status)
+    aget_message = async_twin(get_message)
+    aget_latest_leaf = async_twin(get_latest_leaf)
+    aget_history = async_twin(get_history)
+    aget_path_length = async_twin(get_path_length)
+    aget_branches = async_twin(get_branches)
     asearch_messages = async_twin(search_messages)
     asearch_owner_messages = async_twin(search_owner_messages)
     aget_current_run = async_twin(get_current_run)

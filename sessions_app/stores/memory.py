@@ -17,6 +17,7 @@ from typing import Any
 from django.utils import timezone
 
 from sessions_app.errors import (
+    MessageNotFound,
     RunAlreadyExists,
     RunNotFound,
     SessionAlreadyExists,
@@ -406,6 +407,54 @@ class InMemorySessionStateStore(SessionStateStore):
             limit=limit,
             has_more=offset + len(page) < total,
         )
+
+    def get_message(self, session_id: str, message_id: str) -> Message | None:
+        with self._lock:
+            found = self._message_index(session_id).get(message_id)
+            return copy.deepcopy(found)
+
+    def get_latest_leaf(self, session_id: str) -> Message | None:
+        with self._lock:
+            return copy.deepcopy(self._leaf(session_id, self._message_index(session_id), None))
+
+    def get_history(
+        self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
+    ) -> list[Message]:
+        rules.check_page(0, chunk_size)
+        with self._lock:
+            by_id = self._message_index(session_id)
+            leaf = self._leaf(session_id, by_id, leaf_id)
+            path = []
+            while leaf is not None:
+                path.append(leaf)
+                leaf = by_id.get(leaf.parent_id) if leaf.parent_id else None
+            return copy.deepcopy(path[::-1])
+
+    def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
+        return len(self.get_history(session_id, leaf_id))
+
+    def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+        with self._lock:
+            children = [m for m in self._messages_of(session_id) if m.parent_id == message_id]
+            return copy.deepcopy(children)
+
+    def _messages_of(self, session_id: str) -> list[Message]:
+        self._get(session_id)
+        return self._messages[session_id]
+
+    def _message_index(self, session_id: str) -> dict[str, Message]:
+        return {message.id: message for message in self._messages_of(session_id)}
+
+    def _leaf(
+        self, session_id: str, by_id: dict[str, Message], leaf_id: str | None
+    ) -> Message | None:
+        if leaf_id is None:
+            parents = {message.parent_id for message in by_id.values()}
+            leaves = [message for message in by_id.values() if message.id not in parents]
+            return max(leaves, key=lambda m: (m.created_at, m.sequence), default=None)
+        if leaf_id not in by_id:
+            raise MessageNotFound(session_id, leaf_id)
+        return by_id[leaf_id]
 
     def get_message_count(self, session_id: str) -> int:
         with self._lock:

@@ -11,11 +11,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max, Q
+from django.db.models import Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
 from sessions_app import models
 from sessions_app.errors import (
+    MessageNotFound,
     RunAlreadyExists,
     RunNotFound,
     SessionAlreadyExists,
@@ -87,6 +88,19 @@ _ORDERINGS = {
     "-updated_at": (F("updated_at").desc(), F("id").desc()),
     "expires_at": (F("expires_at").asc(nulls_last=True), F("id").asc()),
 }
+
+
+# A message and its ancestors, nearest first, at most the given number: (id, parent_id) rows.
+ANCESTORS = """
+WITH RECURSIVE path(id, parent_id, depth) AS (
+    SELECT id, parent_id, 1 FROM sessions_app_message WHERE id = %s
+    UNION ALL
+    SELECT m.id, m.parent_id, path.depth + 1
+    FROM sessions_app_message m JOIN path ON m.id = path.parent_id
+    WHERE path.depth < %s
+)
+SELECT id, parent_id FROM path ORDER BY depth
+"""
 
 
 class ORMSessionStateStore(SessionStateStore):
@@ -413,6 +427,58 @@ class ORMSessionStateStore(SessionStateStore):
 
     def get_message_count(self, session_id: str) -> int:
         return _require(session_id, "message_count")["message_count"]
+
+    def get_message(self, session_id: str, message_id: str) -> Message | None:
+        row = models.Message.objects.filter(session_id=session_id, pk=message_id).first()
+        return None if row is None else _message(row)
+
+    def get_latest_leaf(self, session_id: str) -> Message | None:
+        _require(session_id)
+        childless = ~Exists(models.Message.objects.filter(parent=OuterRef("pk")))
+        row = (
+            models.Message.objects.filter(childless, session_id=session_id)
+            .order_by("-created_at", "-sequence")
+            .first()
+        )
+        return None if row is None else _message(row)
+
+    def get_history(
+        self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
+    ) -> list[Message]:
+        rules.check_page(0, chunk_size)
+        ids = self._path_ids(session_id, leaf_id, chunk_size)
+        rows = {}
+        for start in range(0, len(ids), chunk_size):
+            chunk = ids[start : start + chunk_size]
+            rows.update((row.pk, row) for row in models.Message.objects.filter(pk__in=chunk))
+        return [_message(rows[message_id]) for message_id in reversed(ids)]
+
+    def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
+        return len(self._path_ids(session_id, leaf_id, 1000))
+
+    def get_branches(self, session_id: str, message_id: str) -> list[Message]:
+        rows = models.Message.objects.filter(session_id=session_id, parent_id=message_id)
+        return [_message(row) for row in rows.order_by("sequence")]
+
+    def _path_ids(self, session_id: str, leaf_id: str | None, chunk_size: int) -> list[str]:
+        """Return the ids from `leaf_id` (default: the latest leaf) up to the root, leaf first."""
+        if leaf_id is None:
+            leaf = self.get_latest_leaf(session_id)
+            if leaf is None:
+                return []
+            leaf_id = leaf.id
+        elif not models.Message.objects.filter(session_id=session_id, pk=leaf_id).exists():
+            _require(session_id)
+            raise MessageNotFound(session_id, leaf_id)
+        ids: list[str] = []
+        next_id: str | None = leaf_id
+        while next_id is not None:
+            with connection.cursor() as cursor:
+                cursor.execute(ANCESTORS, [next_id, chunk_size])
+                chunk = cursor.fetchall()
+            ids += [message_id for message_id, _ in chunk]
+            next_id = chunk[-1][1] if len(chunk) == chunk_size else None
+        return ids
 
     supports_search = True
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from sessions_app.errors import (
     MessageIdConflict,
+    MessageNotFound,
     RunAlreadyExists,
     RunNotFound,
     SessionAlreadyExists,
@@ -688,6 +689,57 @@ def test_message_reads_of_missing_session_raise(store):
         store.get_messages("nope")
     with pytest.raises(SessionNotFound):
         store.get_message_count("nope")
+
+
+# Message tree
+
+
+def ids(messages) -> list[str]:
+    return [message.id for message in messages]
+
+
+def test_a_branch_from_an_earlier_message_becomes_the_active_one(store, session_id):
+    first, second, third = store.append_messages(
+        session_id, [user("one", id="m1"), assistant("two", id="m2"), user("three", id="m3")]
+    )
+    store.append_messages(session_id, [assistant("two again", id="m4", parent_id="m1")])
+    store.append_messages(session_id, [user("four", id="m5")])
+
+    assert store.get_latest_leaf(session_id).id == "m5"
+    assert ids(store.get_history(session_id)) == ["m1", "m4", "m5"]
+    assert ids(store.get_history(session_id, "m3")) == ["m1", "m2", "m3"]
+    assert store.get_path_length(session_id, "m3") == 3
+    assert ids(store.get_branches(session_id, "m1")) == ["m2", "m4"]
+    assert store.get_branches(session_id, "m5") == []
+    assert store.get_message(session_id, "m2").content == "two"
+    assert store.get_history(session_id, "m1")[0] == first
+    assert (second.parent_id, third.parent_id) == ("m1", "m2")
+
+
+def test_a_long_path_is_read_in_chunks_whole(store, session_id):
+    store.append_messages(session_id, [user(f"message {n}", id=f"m{n}") for n in range(7)])
+
+    history = store.get_history(session_id, chunk_size=2)
+
+    assert ids(history) == [f"m{n}" for n in range(7)]
+    assert store.get_path_length(session_id) == 7
+
+
+def test_tree_reads_of_missing_things(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    store.append_messages(other, [user("elsewhere", id="theirs")])
+
+    assert store.get_history(session_id) == []
+    assert store.get_latest_leaf(session_id) is None
+    assert store.get_path_length(session_id) == 0
+    assert store.get_message(session_id, "theirs") is None
+    with pytest.raises(MessageNotFound) as caught:
+        store.get_history(session_id, "theirs")
+    assert caught.value.code == "message-not-found"
+    with pytest.raises(SessionNotFound):
+        store.get_history("nope")
+    with pytest.raises(SessionNotFound):
+        store.get_latest_leaf("nope")
 
 
 # Full-text search
