@@ -6,6 +6,8 @@ A chat is a session whose id is the chat id. Sending to it:
 - continue: the session is idle: a run starts with the last message;
 - resume: asked for (`resume`) on an interrupted session: it resumes;
 - attach: a run is executing: nothing starts, and the client follows that run.
+
+Regenerating answers the last user message again on a branch of its own (`agent_regenerate`).
 """
 
 import time
@@ -16,7 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from agents_app import conf, control
 from agents_app.errors import InvalidChatMessage, RunNotActive
-from agents_app.services import agent_interrupt, agent_resume, agent_start
+from agents_app.services import agent_interrupt, agent_regenerate, agent_resume, agent_start
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 
@@ -66,6 +68,14 @@ def chat_send(
         if not control.is_running(chat_id):
             raise
     return _current(chat_id)  # Ours, or one that another request started just before.
+
+
+def chat_regenerate(*, user: AbstractBaseUser, chat_id: str) -> ChatRun:
+    """Answer the chat's last user message again, on a new branch; attach if a run executes."""
+    session_for_user(session_id=chat_id, user=user)
+    if not control.is_running(chat_id):
+        agent_regenerate(user=user, session_id=chat_id)
+    return _current(chat_id)
 
 
 def chat_following(*, user: AbstractBaseUser, chat_id: str) -> ChatRun | None:

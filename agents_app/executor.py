@@ -177,6 +177,9 @@ class _Attempt:
         self.llm_stream = None
         # The suspended step's calls, with what people and children gave; committed first.
         self.drained: list[ToolOutcome] = []
+        # A regenerating run's first step answers this message, on a branch of its own.
+        first_step = run.metadata.get("firstStep") == step
+        self.branch_from: str | None = run.metadata.get("branchFrom") if first_step else None
         self.agent = get_registry().resolve(
             state.agent_type,
             AgentFactoryContext(
@@ -305,12 +308,8 @@ class _Attempt:
             self.llm_stream.close()
 
     def _history(self) -> list[Message]:
-        messages: list[Message] = []
-        while True:
-            page = self.store.get_messages(self.session_id, offset=len(messages), limit=500)
-            messages += page.messages
-            if not page.has_more:
-                return messages + self._drained_messages()
+        """Return the active branch, or, in a run's first step, the branch it starts from."""
+        return self.store.get_history(self.session_id, self.branch_from) + self._drained_messages()
 
     def _drained_messages(self) -> list[Message]:
         return [_tool_message(o.call, o.result) for o in self.drained]
@@ -606,6 +605,8 @@ class _Attempt:
         suspends on for people, `awaited` those it suspends on for its children.
         """
         messages = [*self._drained_messages(), *messages]
+        if self.branch_from is not None and messages:
+            messages[0] = replace(messages[0], parent_id=self.branch_from)
         outcomes = [*self.drained, *outcomes]
         custom_state, warnings = apply_merge_ops(
             self.state.custom_state,

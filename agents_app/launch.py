@@ -56,19 +56,21 @@ def concurrency_policy() -> ConcurrencyPolicy:
     return policy
 
 
-def begin_run(state: SessionState, run_id: str, messages: list[Message]) -> StartedRun:
+def begin_run(
+    state: SessionState, run_id: str, messages: list[Message], *, branch_from: str | None = None
+) -> StartedRun:
     """Record the run, commit its input and a checkpoint, and enqueue its first step.
 
     The checkpoint is the point `retry` goes back to when the run's first step is dropped.
-    The run's metadata keeps `fromSequence`, the stream's last sequence before the run's chunks.
+    The run's metadata keeps `fromSequence`, the stream's last sequence before the run's chunks,
+    and `branchFrom`, the message a regenerating run answers anew (see `agent_regenerate`).
     """
     store = get_session_store()
     writer = get_stream_manager().create_writer(state.stream_id, run_id, state.agent_type)
-    store.create_run(
-        state.session_id,
-        run_id,
-        metadata={"firstStep": state.step_count + 1, "fromSequence": writer.last_sequence},
-    )
+    metadata = {"firstStep": state.step_count + 1, "fromSequence": writer.last_sequence}
+    if branch_from is not None:
+        metadata["branchFrom"] = branch_from
+    store.create_run(state.session_id, run_id, metadata=metadata)
     store.clear_interrupt_flag(state.session_id)
     store.save_state_and_promote_staging(
         state.session_id,

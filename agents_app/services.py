@@ -25,6 +25,7 @@ from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
     Checkpoint,
+    MessageRole,
     SessionState,
     SessionStatus,
 )
@@ -189,6 +190,23 @@ def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
         _announce_resume(state, started.run_id, previous.run_id if previous else None)
     execution.after(hooks.after_retry, started, state.agent_type)
     return started
+
+
+def agent_regenerate(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
+    """Answer the session's last user message again, in a new run, on a branch of its own.
+
+    The reply it had stays stored on its branch; the new one becomes the active branch, and
+    the model sees the conversation up to that user message only.
+    """
+    with transaction.atomic():
+        state = session_for_user(session_id=session_id, user=user)
+        if state.aborted or state.status not in STARTABLE or control.is_running(session_id):
+            raise RunNotActive(session_id, state.status, "regenerate a reply of")
+        history = get_session_store().get_history(session_id)
+        asked = next((m for m in reversed(history) if m.role == MessageRole.USER), None)
+        if asked is None:
+            raise InvalidResume(session_id, "it has no user message to answer again")
+        return begin_run(state, uuid.uuid4().hex, [], branch_from=asked.id)
 
 
 def agent_interrupt(*, user: AbstractBaseUser, session_id: str, reason: str | None = None) -> None:

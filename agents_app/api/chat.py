@@ -15,7 +15,13 @@ from rest_framework.views import APIView
 from agents_app.api.fields import StrictCharField
 from agents_app.api.runs import ReasonInput
 from agents_app.api.throttles import RunStartThrottle
-from agents_app.chat import ChatRun, chat_following, chat_interrupt, chat_send
+from agents_app.chat import (
+    ChatRun,
+    chat_following,
+    chat_interrupt,
+    chat_regenerate,
+    chat_send,
+)
 from agents_app.ui_stream import HEADERS, failed_stream, ui_message_stream
 from sessions_app.conf import helix_setting
 from sessions_app.converters import SessionIdConverter
@@ -57,9 +63,9 @@ class ChatView(APIView):
         id = serializers.RegexField(f"^{SessionIdConverter.regex}$", help_text="The chat id.")
         messages = serializers.ListField(child=serializers.DictField(), default=list)
         trigger = serializers.ChoiceField(
-            choices=["submit-message"],
+            choices=["submit-message", "regenerate-message"],
             default="submit-message",
-            help_text="Regenerating a reply (`regenerate-message`) is not supported yet.",
+            help_text="`regenerate-message` answers the last user message again, on a branch.",
         )
         messageId = StrictCharField(required=False, allow_null=True, max_length=255)
         agentType = StrictCharField(
@@ -74,13 +80,16 @@ class ChatView(APIView):
         body = self.ChatInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        run = chat_send(
-            user=request.user,
-            chat_id=data["id"],
-            messages=data["messages"],
-            agent_type=data.get("agentType"),
-            resume=data["resume"],
-        )
+        if data["trigger"] == "regenerate-message":
+            run = chat_regenerate(user=request.user, chat_id=data["id"])
+        else:
+            run = chat_send(
+                user=request.user,
+                chat_id=data["id"],
+                messages=data["messages"],
+                agent_type=data.get("agentType"),
+                resume=data["resume"],
+            )
         return ui_message_response(run)
 
 

@@ -90,17 +90,26 @@ _ORDERINGS = {
 }
 
 
-# A message and its ancestors, nearest first, at most the given number: (id, parent_id) rows.
-ANCESTORS = """
-WITH RECURSIVE path(id, parent_id, depth) AS (
-    SELECT id, parent_id, 1 FROM sessions_app_message WHERE id = %s
+# A path of the session's messages, the start message first and then its ancestors, at most
+# the given number. `{start}` is the start message's id: a parameter, or LATEST_LEAF.
+HISTORY = """
+WITH RECURSIVE path AS (
+    SELECT m.*, 1 AS depth FROM sessions_app_message m
+    WHERE m.session_id = %s AND m.id = {start}
     UNION ALL
-    SELECT m.id, m.parent_id, path.depth + 1
-    FROM sessions_app_message m JOIN path ON m.id = path.parent_id
+    SELECT m.*, path.depth + 1 FROM sessions_app_message m JOIN path ON m.id = path.parent_id
     WHERE path.depth < %s
 )
-SELECT id, parent_id FROM path ORDER BY depth
+SELECT * FROM path ORDER BY depth
 """
+# The end of a session's active branch: its childless message appended last.
+LATEST_LEAF = """(
+    SELECT l.id FROM sessions_app_message l
+    WHERE l.session_id = %s AND NOT EXISTS (
+        SELECT 1 FROM sessions_app_message c WHERE c.parent_id = l.id
+    )
+    ORDER BY l.created_at DESC, l.sequence DESC LIMIT 1
+)"""
 
 
 class ORMSessionStateStore(SessionStateStore):
@@ -446,39 +455,27 @@ class ORMSessionStateStore(SessionStateStore):
         self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
     ) -> list[Message]:
         rules.check_page(0, chunk_size)
-        ids = self._path_ids(session_id, leaf_id, chunk_size)
-        rows = {}
-        for start in range(0, len(ids), chunk_size):
-            chunk = ids[start : start + chunk_size]
-            rows.update((row.pk, row) for row in models.Message.objects.filter(pk__in=chunk))
-        return [_message(rows[message_id]) for message_id in reversed(ids)]
+        start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
+        path: list[models.Message] = []
+        while True:
+            sql = HISTORY.format(start=start)
+            chunk = list(models.Message.objects.raw(sql, [session_id, *params, chunk_size]))
+            path += chunk
+            if len(chunk) < chunk_size or chunk[-1].parent_id is None:
+                break
+            start, params = "%s", [chunk[-1].parent_id]
+        if not path:
+            _require(session_id)
+            if leaf_id is not None:
+                raise MessageNotFound(session_id, leaf_id)
+        return [_message(row) for row in reversed(path)]
 
     def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
-        return len(self._path_ids(session_id, leaf_id, 1000))
+        return len(self.get_history(session_id, leaf_id))
 
     def get_branches(self, session_id: str, message_id: str) -> list[Message]:
         rows = models.Message.objects.filter(session_id=session_id, parent_id=message_id)
         return [_message(row) for row in rows.order_by("sequence")]
-
-    def _path_ids(self, session_id: str, leaf_id: str | None, chunk_size: int) -> list[str]:
-        """Return the ids from `leaf_id` (default: the latest leaf) up to the root, leaf first."""
-        if leaf_id is None:
-            leaf = self.get_latest_leaf(session_id)
-            if leaf is None:
-                return []
-            leaf_id = leaf.id
-        elif not models.Message.objects.filter(session_id=session_id, pk=leaf_id).exists():
-            _require(session_id)
-            raise MessageNotFound(session_id, leaf_id)
-        ids: list[str] = []
-        next_id: str | None = leaf_id
-        while next_id is not None:
-            with connection.cursor() as cursor:
-                cursor.execute(ANCESTORS, [next_id, chunk_size])
-                chunk = cursor.fetchall()
-            ids += [message_id for message_id, _ in chunk]
-            next_id = chunk[-1][1] if len(chunk) == chunk_size else None
-        return ids
 
     supports_search = True
 

@@ -103,6 +103,11 @@ analyst_tool = sub_agent_tool("analyst", Topic, description="Analyse a topic.")
 orchestrator_tool = sub_agent_tool("orchestrator", Topic, description="Run two analyses.")
 
 
+def count_script(request, context) -> Turn:
+    """Say how many messages the model was sent."""
+    return Turn(text=f"Seen {len(request.messages)} messages")
+
+
 def critic_script(request, context) -> Turn:
     """Answer the last message, saying how many messages came before it (its memory)."""
     users = [m.content for m in request.messages if m.role == MessageRole.USER]
@@ -228,6 +233,7 @@ SCRIPTED_AGENTS = [
         ),
     ),
     (Agent(name="refuser"), failing_script),
+    (Agent(name="recounter"), count_script),
     # Persistent children: a critic consulted twice, then listed and looked at.
     (Agent(name="critic"), critic_script),
     (

@@ -91,10 +91,6 @@ def test_reattaching_to_an_idle_chat_answers_204(worker, owner):  # noqa: F811
         ),
         ({"id": "a/b", "agentType": "counter", "messages": [user_message("hi")]}, "id"),
         ({"id": "c-1", "agentType": "counter", "messages": "hi"}, "messages"),
-        (
-            {"id": "c-1", "agentType": "counter", "trigger": "regenerate-message", "messages": []},
-            "trigger",
-        ),
     ],
 )
 @pytest.mark.usefixtures("private_queue")

@@ -27,6 +27,7 @@ from sessions_app.errors import (
 )
 from sessions_app.stores import rules
 from sessions_app.stores.base import DEFAULT_MAX_STAGED_CHANGES_BYTES, SessionStateStore
+from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.types import (
     AppendOp,
     CasApplied,
@@ -760,6 +761,10 @@ def searchable(store, django_user_model):
         store.create_session(session_id, agent_type="assistant", owner_id=owner_id)
         store.append_messages(session_id, [user(text) for text in texts])
     return owner
+
+
+def test_the_database_store_has_full_text_search():
+    assert ORMSessionStateStore.supports_search  # Its search tests must run, never skip.
 
 
 def found(hits) -> set[tuple[str, str]]:
