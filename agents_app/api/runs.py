@@ -24,6 +24,7 @@ from agents_app.services import (
     agent_start,
 )
 from sessions_app.openapi import pydantic_schema
+from streams_app.routing import websocket_path
 
 
 @extend_schema_field(pydantic_schema(RunInput))
@@ -52,7 +53,7 @@ def started(request: Request, run: StartedRun) -> Response:
         "streamId": run.stream_id,
         "runId": run.run_id,
         "streamUrl": request.build_absolute_uri(stream_path),
-        "websocketUrl": f"{scheme}://{request.get_host()}/ws/sessions/{run.session_id}/stream",
+        "websocketUrl": f"{scheme}://{request.get_host()}{websocket_path(run.session_id)}",
         "status": "queued" if run.queued else "started",
     }
     return Response(StartedOutput(body).data, status=status.HTTP_202_ACCEPTED)

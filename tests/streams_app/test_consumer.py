@@ -9,6 +9,7 @@ from rest_framework.authtoken.models import Token
 
 from helix_project.asgi import application
 from streams_app.backends import get_stream_manager
+from streams_app.routing import websocket_path
 
 from .conftest import session_cookie
 from .test_manager_conformance import text
@@ -196,3 +197,19 @@ async def test_a_session_cookie_from_a_foreign_origin_is_refused(owner, owned_se
     connected, _ = await communicator.connect()
 
     assert not connected
+
+
+async def test_the_advertised_websocket_path_is_the_route(owner, owned_session):
+    communicator = WebsocketCommunicator(
+        application,
+        websocket_path(owned_session),
+        headers=[
+            (b"origin", b"http://localhost"),
+            (b"cookie", (await database_sync_to_async(session_cookie)(owner)).encode()),
+        ],
+    )
+
+    connected, _ = await communicator.connect()
+
+    assert connected
+    await communicator.disconnect()
