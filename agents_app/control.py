@@ -19,12 +19,9 @@ def is_running(session_id: str) -> bool:
 
 def interrupt_session(session_id: str, reason: str | None = None) -> None:
     """Raise the durable interrupt flag of the session and of its live children, and theirs."""
-    store = get_session_store()
-    store.set_interrupt_flag(session_id, reason)
-    for ref in store.get_sub_session_refs(session_id):
-        child = store.load_state(ref.sub_session_id)
-        if child is not None and child.status in LIVE_STATUSES:
-            interrupt_session(ref.sub_session_id, reason)
+    get_session_store().set_interrupt_flag(session_id, reason)
+    for child_id in _live_children(session_id):
+        interrupt_session(child_id, reason)
 
 
 def abort_session(
@@ -39,10 +36,8 @@ def abort_session(
     error = f"Aborted: {reason}" if reason else "Aborted."
     with transaction.atomic():
         state = store.load_state(session_id)
-        for ref in store.get_sub_session_refs(session_id):
-            child = store.load_state(ref.sub_session_id)
-            if child is not None and child.status in LIVE_STATUSES:
-                abort_session(ref.sub_session_id, "The parent session was aborted.")
+        for child_id in _live_children(session_id):
+            abort_session(child_id, "The parent session was aborted.")
         run = store.get_current_run(session_id)
         # A state write bumps the version: the running step, if any, can no longer commit.
         store.save_state(
@@ -77,3 +72,12 @@ def abort_session(
             streams.fail_stream(state.stream_id, error)
         if state.parent_session_id is not None:
             tasks.child_finished_task.delay_on_commit(state.parent_session_id, session_id)
+
+
+def _live_children(session_id: str) -> list[str]:
+    """Return the ids of the session's child sessions that have not ended."""
+    store = get_session_store()
+    children = (
+        store.load_state(ref.sub_session_id) for ref in store.get_sub_session_refs(session_id)
+    )
+    return [child.session_id for child in children if child and child.status in LIVE_STATUSES]

@@ -120,7 +120,7 @@ def waits_for_nothing(state: SessionState) -> bool:
     """Return whether every call the suspended step waits for is answered or finished."""
     answered = all("submission" in call for call in state.pending_client_tool_calls.values())
     children = (state.suspended_awaiting_children or {}).values()
-    return answered and all(child.get("finished") for child in children)
+    return answered and all(child["finished"] for child in children)
 
 
 def continue_run(state: SessionState, writer: StreamWriter, run_id: str) -> None:

@@ -11,8 +11,7 @@ from agents_app import control
 from agents_app.ui import ui_messages
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
-from sessions_app.stores.rules import MAX_PAGE_SIZE
-from sessions_app.stores.types import Message, SessionState
+from sessions_app.stores.types import SessionState
 from streams_app.backends import get_stream_manager
 
 
@@ -65,17 +64,11 @@ def agent_snapshot(*, user: AbstractBaseUser, session_id: str) -> Snapshot:
     """Return the snapshot of the user's session, its parts read from one commit."""
     session = session_for_user(session_id=session_id, user=user)
     store = get_session_store()
-    # The checkpoint first: it names the commit; its messages are the first it counted.
+    # The checkpoint first: it names the commit; its messages are the first it counted, and
+    # of those the client draws the active branch, as the model is sent it.
     checkpoint = store.get_latest_checkpoint(session_id)
     count = checkpoint.message_count if checkpoint else session.message_count
-    messages: list[Message] = []
-    while len(messages) < count:
-        page = store.get_messages(
-            session_id, offset=len(messages), limit=min(MAX_PAGE_SIZE, count - len(messages))
-        )
-        messages += page.messages
-        if not page.has_more:
-            break
+    messages = [m for m in store.get_history(session_id) if m.sequence <= count]
     info = get_stream_manager().get_stream_info(session.stream_id)
     return Snapshot(
         session=session,

@@ -285,7 +285,7 @@ class SessionStateStore(abc.ABC):
 
     @abc.abstractmethod
     def get_latest_leaf(self, session_id: str) -> Message | None:
-        """Return the end of the active branch: the childless message appended last."""
+        """Return the end of the active branch: the message appended last (always a leaf)."""
 
     @abc.abstractmethod
     def get_history(

@@ -448,10 +448,8 @@ class InMemorySessionStateStore(SessionStateStore):
     def _leaf(
         self, session_id: str, by_id: dict[str, Message], leaf_id: str | None
     ) -> Message | None:
-        if leaf_id is None:
-            parents = {message.parent_id for message in by_id.values()}
-            leaves = [message for message in by_id.values() if message.id not in parents]
-            return max(leaves, key=lambda m: (m.created_at, m.sequence), default=None)
+        if leaf_id is None:  # The message appended last.
+            return self._messages[session_id][-1] if self._messages[session_id] else None
         if leaf_id not in by_id:
             raise MessageNotFound(session_id, leaf_id)
         return by_id[leaf_id]

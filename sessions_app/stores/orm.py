@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, Max, OuterRef, Q
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from sessions_app import models
@@ -94,22 +94,23 @@ _ORDERINGS = {
 # the given number. `{start}` is the start message's id: a parameter, or LATEST_LEAF.
 HISTORY = """
 WITH RECURSIVE path AS (
-    SELECT m.*, 1 AS depth FROM sessions_app_message m
+    SELECT {columns}, 1 AS depth FROM sessions_app_message m
     WHERE m.session_id = %s AND m.id = {start}
     UNION ALL
-    SELECT m.*, path.depth + 1 FROM sessions_app_message m JOIN path ON m.id = path.parent_id
+    SELECT {columns}, path.depth + 1 FROM sessions_app_message m
+    JOIN path ON m.id = path.parent_id
     WHERE path.depth < %s
 )
 SELECT * FROM path ORDER BY depth
 """
-# The end of a session's active branch: its childless message appended last.
+# The end of a session's active branch: the message appended last, a leaf since its answers
+# would have been appended after it. The (session, sequence) constraint's index serves it.
 LATEST_LEAF = """(
-    SELECT l.id FROM sessions_app_message l
-    WHERE l.session_id = %s AND NOT EXISTS (
-        SELECT 1 FROM sessions_app_message c WHERE c.parent_id = l.id
-    )
-    ORDER BY l.created_at DESC, l.sequence DESC LIMIT 1
+    SELECT l.id FROM sessions_app_message l WHERE l.session_id = %s
+    ORDER BY l.sequence DESC LIMIT 1
 )"""
+# The model's columns only: not PostgreSQL's search vector, which a step has no use for.
+MESSAGE_COLUMNS = ", ".join(f"m.{field.column}" for field in models.Message._meta.concrete_fields)
 
 
 class ORMSessionStateStore(SessionStateStore):
@@ -443,12 +444,7 @@ class ORMSessionStateStore(SessionStateStore):
 
     def get_latest_leaf(self, session_id: str) -> Message | None:
         _require(session_id)
-        childless = ~Exists(models.Message.objects.filter(parent=OuterRef("pk")))
-        row = (
-            models.Message.objects.filter(childless, session_id=session_id)
-            .order_by("-created_at", "-sequence")
-            .first()
-        )
+        row = models.Message.objects.filter(session_id=session_id).order_by("-sequence").first()
         return None if row is None else _message(row)
 
     def get_history(
@@ -458,7 +454,7 @@ class ORMSessionStateStore(SessionStateStore):
         start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
         path: list[models.Message] = []
         while True:
-            sql = HISTORY.format(start=start)
+            sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
             chunk = list(models.Message.objects.raw(sql, [session_id, *params, chunk_size]))
             path += chunk
             if len(chunk) < chunk_size or chunk[-1].parent_id is None:

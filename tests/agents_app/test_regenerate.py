@@ -4,6 +4,7 @@ import pytest
 
 from agents_app import services
 from agents_app.errors import InvalidResume
+from agents_app.selectors import agent_snapshot
 from sessions_app.stores import get_session_store
 from tests.agents_app.test_api_chat import post_chat
 from tests.agents_app.test_runtime import (
@@ -39,6 +40,8 @@ def test_a_regenerated_reply_branches_from_the_user_message(worker, owner):  # n
     assert history[3].id != before[3].id  # A new reply: the model saw three messages, not four.
     assert [m.id for m in store.get_branches("s-1", asked.id)] == [before[3].id, history[3].id]
     assert store.get_message_count("s-1") == 5
+    drawn = agent_snapshot(user=owner, session_id="s-1").messages  # The client draws the branch.
+    assert [m["id"] for m in drawn] == [m.id for m in history]
     talk(owner, "More")
     assert contents(store.get_history("s-1"))[-2:] == ["More", "Seen 5 messages"]
 
