@@ -78,6 +78,13 @@ class AgentSession(models.Model):
     )
     tags = models.JSONField(default=list, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    name = models.CharField(max_length=255, blank=True, default="")
+    model = models.CharField(
+        max_length=255, blank=True, default="", help_text="The model a conversation is held with."
+    )
+    source = models.CharField(
+        max_length=255, blank=True, default="", help_text="Where the conversation came from."
+    )
 
     version = models.PositiveIntegerField(default=1)
     lease_holder = models.CharField(
@@ -161,6 +168,29 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role} message {self.sequence} of {self.session_id}"
+
+
+class Compaction(models.Model):
+    """A summary that stands in for a branch's messages `from_message_id`..`to_message_id`.
+
+    An overlay: the messages stay stored, and history reads show the summary in their place
+    on every path that holds both ends (reference 002).
+    """
+
+    id = models.CharField(primary_key=True, max_length=255, default=generate_id)
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.DB_CASCADE, related_name="compactions", db_index=False
+    )
+    from_message_id = models.CharField(max_length=255)
+    to_message_id = models.CharField(max_length=255)
+    summary = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "created_at"], name="compaction_session")]
+
+    def __str__(self) -> str:
+        return f"compaction {self.id} of {self.session_id}"
 
 
 class SubSessionRef(models.Model):

@@ -23,12 +23,14 @@ from typing import Any, ClassVar, Concatenate
 from asgiref.sync import sync_to_async
 
 from sessions_app.errors import SearchUnsupported
+from sessions_app.stores import rules
 from sessions_app.stores.types import (
     LIVE_STATUSES,
     CasResult,
     Checkpoint,
     CheckpointMeta,
     CommitResult,
+    Compaction,
     InterruptFlagInfo,
     Lease,
     MergeResult,
@@ -100,12 +102,19 @@ class SessionStateStore(abc.ABC):
         custom_state: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
         tracing_context: dict[str, Any] | None = None,
+        name: str | None = None,
+        model: str | None = None,
+        source: str | None = None,
     ) -> SessionState:
         """Create an active session and return its state.
 
         A missing `session_id` is generated; `stream_id` defaults to the session id. Raises
         `SessionAlreadyExists` if the id is taken.
         """
+
+    @abc.abstractmethod
+    def rename_session(self, session_id: str, name: str) -> None:
+        """Set the session's name and touch `updated_at`; `version` stays, as for messages."""
 
     @abc.abstractmethod
     def session_exists(self, session_id: str) -> bool:
@@ -277,7 +286,26 @@ class SessionStateStore(abc.ABC):
         Crash recovery uses this to cut messages back to a checkpoint's message count.
         """
 
-    # Message tree (reference 002): each message's `parent_id` links it to the one it answers
+    # Message tree (reference 002): each message's `parent_id` links it to the one it answers.
+    # Writes to it touch the session's `updated_at` and leave `version` alone.
+
+    @abc.abstractmethod
+    def update_message(self, session_id: str, message: Message) -> Message:
+        """Replace the content of the stored message `message.id`; its place stays.
+
+        Raises `MessageNotFound` for an id the session does not hold.
+        """
+
+    @abc.abstractmethod
+    def delete_messages(self, session_id: str, message_ids: Iterable[str]) -> int:
+        """Delete the session's messages of `message_ids`; return how many went.
+
+        Their children become roots; ids the session does not hold are ignored.
+        """
+
+    @abc.abstractmethod
+    def clear_messages(self, session_id: str) -> int:
+        """Delete every message and compaction of the session; return how many messages went."""
 
     @abc.abstractmethod
     def get_message(self, session_id: str, message_id: str) -> Message | None:
@@ -288,22 +316,45 @@ class SessionStateStore(abc.ABC):
         """Return the end of the active branch: the message appended last (always a leaf)."""
 
     @abc.abstractmethod
+    def get_path(
+        self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
+    ) -> list[Message]:
+        """Return the stored path from the root to `leaf_id` (default: the latest leaf).
+
+        Root first, without compactions applied. The path is read `chunk_size` ancestors at
+        a time. Raises `SessionNotFound`, and `MessageNotFound` for a leaf the session does
+        not hold.
+        """
+
     def get_history(
         self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
     ) -> list[Message]:
-        """Return the path from the root to `leaf_id` (default: the latest leaf), root first.
+        """Return `get_path` with the session's compactions applied: what the model is sent."""
+        path = self.get_path(session_id, leaf_id, chunk_size=chunk_size)
+        return rules.apply_compactions(path, self.get_compactions(session_id))
 
-        The path is read `chunk_size` ancestors at a time. Raises `SessionNotFound`, and
-        `MessageNotFound` for a leaf the session does not hold.
-        """
-
-    @abc.abstractmethod
     def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
-        """Return how many messages `get_history` returns for `leaf_id`."""
+        """Return how many stored messages lead from the root to `leaf_id`."""
+        return len(self.get_path(session_id, leaf_id))
 
     @abc.abstractmethod
     def get_branches(self, session_id: str, message_id: str) -> list[Message]:
         """Return the messages that answer `message_id`, one per branch, oldest first."""
+
+    # Compactions (reference 002): summaries shown in place of message ranges, originals kept
+
+    @abc.abstractmethod
+    def add_compaction(
+        self, session_id: str, summary: str, from_message_id: str, to_message_id: str
+    ) -> Compaction:
+        """Store a compaction of the range `from_message_id`..`to_message_id`.
+
+        Raises `MessageNotFound` for an end the session does not hold.
+        """
+
+    @abc.abstractmethod
+    def get_compactions(self, session_id: str) -> list[Compaction]:
+        """Return the session's compactions in the order they were added."""
 
     # Full-text search (optional: a backend that has it sets `supports_search`)
 
@@ -511,7 +562,14 @@ class SessionStateStore(abc.ABC):
     aupdate_run_status = async_twin(update_run_status)
     aget_message = async_twin(get_message)
     aget_latest_leaf = async_twin(get_latest_leaf)
+    aget_path = async_twin(get_path)
     aget_history = async_twin(get_history)
+    aupdate_message = async_twin(update_message)
+    adelete_messages = async_twin(delete_messages)
+    aclear_messages = async_twin(clear_messages)
+    aadd_compaction = async_twin(add_compaction)
+    aget_compactions = async_twin(get_compactions)
+    arename_session = async_twin(rename_session)
     aget_path_length = async_twin(get_path_length)
     aget_branches = async_twin(get_branches)
     asearch_messages = async_twin(search_messages)

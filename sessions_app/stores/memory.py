@@ -37,6 +37,7 @@ from sessions_app.stores.types import (
     Checkpoint,
     CheckpointMeta,
     CommitResult,
+    Compaction,
     InterruptFlagInfo,
     Lease,
     MergeResult,
@@ -97,6 +98,7 @@ class InMemorySessionStateStore(SessionStateStore):
         self._lock = threading.RLock()
         self._sessions: dict[str, SessionState] = {}
         self._messages: dict[str, list[Message]] = {}
+        self._compactions: dict[str, list[Compaction]] = {}
         self._message_sessions: dict[str, str] = {}
         self._flags: dict[str, InterruptFlagInfo] = {}
         self._leases: dict[str, tuple[str, datetime]] = {}
@@ -123,6 +125,9 @@ class InMemorySessionStateStore(SessionStateStore):
         custom_state: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
         tracing_context: dict[str, Any] | None = None,
+        name: str | None = None,
+        model: str | None = None,
+        source: str | None = None,
     ) -> SessionState:
         session_id = rules.check_identifier(
             "session id", generate_id() if session_id is None else session_id
@@ -141,6 +146,9 @@ class InMemorySessionStateStore(SessionStateStore):
             custom_state=_json(custom_state),
             expires_at=expires_at,
             tracing_context=_json(tracing_context),
+            name=rules.check_name(name or "") or None,
+            model=rules.check_name(model or "", "model") or None,
+            source=rules.check_name(source or "", "source") or None,
             created_at=now,
             updated_at=now,
         )
@@ -149,10 +157,17 @@ class InMemorySessionStateStore(SessionStateStore):
                 raise SessionAlreadyExists(session_id)
             self._sessions[session_id] = state
             self._messages[session_id] = []
+            self._compactions[session_id] = []
             self._sub_session_refs[session_id] = {}
             self._checkpoints[session_id] = []
             self._staged[session_id] = {}
             return self._state_out(session_id)
+
+    def rename_session(self, session_id: str, name: str) -> None:
+        name = rules.check_name(name)
+        with self._lock:
+            self._get(session_id)
+            self._touch(session_id, name=name or None)
 
     def session_exists(self, session_id: str) -> bool:
         with self._lock:
@@ -166,6 +181,7 @@ class InMemorySessionStateStore(SessionStateStore):
                 del self._message_sessions[message.id]
             self._flags.pop(session_id, None)
             self._leases.pop(session_id, None)
+            self._compactions.pop(session_id)
             self._sub_session_refs.pop(session_id)
             self._checkpoints.pop(session_id)
             self._staged.pop(session_id)
@@ -417,7 +433,7 @@ class InMemorySessionStateStore(SessionStateStore):
         with self._lock:
             return copy.deepcopy(self._leaf(session_id, self._message_index(session_id), None))
 
-    def get_history(
+    def get_path(
         self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
     ) -> list[Message]:
         rules.check_page(0, chunk_size)
@@ -430,13 +446,82 @@ class InMemorySessionStateStore(SessionStateStore):
                 leaf = by_id.get(leaf.parent_id) if leaf.parent_id else None
             return copy.deepcopy(path[::-1])
 
-    def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
-        return len(self.get_history(session_id, leaf_id))
-
     def get_branches(self, session_id: str, message_id: str) -> list[Message]:
         with self._lock:
             children = [m for m in self._messages_of(session_id) if m.parent_id == message_id]
             return copy.deepcopy(children)
+
+    def update_message(self, session_id: str, message: Message) -> Message:
+        with self._lock:
+            messages = self._messages_of(session_id)
+            for index, stored in enumerate(messages):
+                if stored.id == message.id:
+                    updated = rules.updated_message(stored, message)
+                    messages[index] = dataclasses.replace(
+                        updated,
+                        tool_calls=_json(updated.tool_calls),
+                        parts=_json(updated.parts),
+                        metadata=_json(updated.metadata),
+                    )
+                    self._touch(session_id)
+                    return copy.deepcopy(messages[index])
+            raise MessageNotFound(session_id, str(message.id))
+
+    def delete_messages(self, session_id: str, message_ids: Iterable[str]) -> int:
+        doomed = set(message_ids)
+        with self._lock:
+            messages = self._messages_of(session_id)
+            kept = [m for m in messages if m.id not in doomed]
+            deleted = len(messages) - len(kept)
+            if deleted:
+                self._messages[session_id] = [
+                    dataclasses.replace(m, parent_id=None) if m.parent_id in doomed else m
+                    for m in kept
+                ]
+                for message_id in doomed & set(self._message_sessions):
+                    if self._message_sessions[message_id] == session_id:
+                        del self._message_sessions[message_id]
+                self._touch(session_id, message_count=len(kept))
+            return deleted
+
+    def clear_messages(self, session_id: str) -> int:
+        with self._lock:
+            cleared = self._messages_of(session_id)
+            for message in cleared:
+                del self._message_sessions[message.id]
+            self._messages[session_id] = []
+            self._compactions[session_id] = []
+            self._touch(session_id, message_count=0)
+            return len(cleared)
+
+    def add_compaction(
+        self, session_id: str, summary: str, from_message_id: str, to_message_id: str
+    ) -> Compaction:
+        with self._lock:
+            by_id = self._message_index(session_id)
+            for end in (from_message_id, to_message_id):
+                if end not in by_id:
+                    raise MessageNotFound(session_id, end)
+            compaction = Compaction(
+                compaction_id=generate_id(),
+                session_id=session_id,
+                from_message_id=from_message_id,
+                to_message_id=to_message_id,
+                summary=summary,
+                created_at=timezone.now(),
+            )
+            self._compactions[session_id].append(compaction)
+            return copy.deepcopy(compaction)
+
+    def get_compactions(self, session_id: str) -> list[Compaction]:
+        with self._lock:
+            self._get(session_id)
+            return copy.deepcopy(self._compactions[session_id])
+
+    def _touch(self, session_id: str, **fields: Any) -> None:
+        self._sessions[session_id] = dataclasses.replace(
+            self._sessions[session_id], updated_at=timezone.now(), **fields
+        )
 
     def _messages_of(self, session_id: str) -> list[Message]:
         self._get(session_id)
@@ -844,6 +929,9 @@ def _summary(state: SessionState) -> SessionSummary:
         user_id=state.user_id,
         tags=copy.deepcopy(state.tags),
         metadata=copy.deepcopy(state.metadata),
+        name=state.name,
+        model=state.model,
+        source=state.source,
         expires_at=state.expires_at,
         version=state.version,
         created_at=state.created_at,

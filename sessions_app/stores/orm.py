@@ -36,6 +36,7 @@ from sessions_app.stores.types import (
     Checkpoint,
     CheckpointMeta,
     CommitResult,
+    Compaction,
     InterruptFlagInfo,
     Lease,
     MergeResult,
@@ -66,6 +67,9 @@ from sessions_app.stores.types import (
 _CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
 _SUMMARY_FIELDS = (
     "id",
+    "name",
+    "model",
+    "source",
     "agent_type",
     "status",
     "step_count",
@@ -131,6 +135,9 @@ class ORMSessionStateStore(SessionStateStore):
         custom_state: dict[str, Any] | None = None,
         expires_at: datetime | None = None,
         tracing_context: dict[str, Any] | None = None,
+        name: str | None = None,
+        model: str | None = None,
+        source: str | None = None,
     ) -> SessionState:
         session_id = rules.check_identifier(
             "session id", models.generate_id() if session_id is None else session_id
@@ -149,6 +156,9 @@ class ORMSessionStateStore(SessionStateStore):
             custom_state=custom_state,
             expires_at=expires_at,
             tracing_context=tracing_context,
+            name=rules.check_name(name or ""),
+            model=rules.check_name(model or "", "model"),
+            source=rules.check_name(source or "", "source"),
             created_at=now,
             updated_at=now,
         )
@@ -160,6 +170,12 @@ class ORMSessionStateStore(SessionStateStore):
                 raise SessionAlreadyExists(session_id) from None
             raise
         return _session_state(row)
+
+    def rename_session(self, session_id: str, name: str) -> None:
+        if not models.AgentSession.objects.filter(pk=session_id).update(
+            name=rules.check_name(name), updated_at=timezone.now()
+        ):
+            raise SessionNotFound(session_id)
 
     def session_exists(self, session_id: str) -> bool:
         return models.AgentSession.objects.filter(pk=session_id).exists()
@@ -447,7 +463,7 @@ class ORMSessionStateStore(SessionStateStore):
         row = models.Message.objects.filter(session_id=session_id).order_by("-sequence").first()
         return None if row is None else _message(row)
 
-    def get_history(
+    def get_path(
         self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
     ) -> list[Message]:
         rules.check_page(0, chunk_size)
@@ -466,12 +482,72 @@ class ORMSessionStateStore(SessionStateStore):
                 raise MessageNotFound(session_id, leaf_id)
         return [_message(row) for row in reversed(path)]
 
-    def get_path_length(self, session_id: str, leaf_id: str | None = None) -> int:
-        return len(self.get_history(session_id, leaf_id))
-
     def get_branches(self, session_id: str, message_id: str) -> list[Message]:
         rows = models.Message.objects.filter(session_id=session_id, parent_id=message_id)
         return [_message(row) for row in rows.order_by("sequence")]
+
+    def update_message(self, session_id: str, message: Message) -> Message:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            row = models.Message.objects.filter(session_id=session_id, pk=message.id).first()
+            if row is None:
+                raise MessageNotFound(session_id, str(message.id))
+            updated = rules.updated_message(_message(row), message)
+            models.Message.objects.filter(pk=row.pk).update(
+                role=updated.role,
+                content=updated.content,
+                tool_calls=updated.tool_calls,
+                tool_call_id=updated.tool_call_id or "",
+                name=updated.name or "",
+                parts=updated.parts,
+                metadata=updated.metadata,
+            )
+            _touch(session_id)
+        return updated
+
+    def delete_messages(self, session_id: str, message_ids: Iterable[str]) -> int:
+        with transaction.atomic():
+            message_count = _lock(session_id, "message_count")["message_count"]
+            deleted, _ = models.Message.objects.filter(
+                session_id=session_id, pk__in=list(message_ids)
+            ).delete()
+            if deleted:
+                _touch(session_id, message_count=message_count - deleted)
+        return deleted
+
+    def clear_messages(self, session_id: str) -> int:
+        with transaction.atomic():
+            message_count = _lock(session_id, "message_count")["message_count"]
+            models.Compaction.objects.filter(session_id=session_id).delete()
+            models.Message.objects.filter(session_id=session_id).delete()
+            _touch(session_id, message_count=0)
+        return message_count
+
+    def add_compaction(
+        self, session_id: str, summary: str, from_message_id: str, to_message_id: str
+    ) -> Compaction:
+        with transaction.atomic():
+            _lock(session_id, "id")
+            held = set(
+                models.Message.objects.filter(
+                    session_id=session_id, pk__in=[from_message_id, to_message_id]
+                ).values_list("pk", flat=True)
+            )
+            for end in (from_message_id, to_message_id):
+                if end not in held:
+                    raise MessageNotFound(session_id, end)
+            row = models.Compaction.objects.create(
+                session_id=session_id,
+                from_message_id=from_message_id,
+                to_message_id=to_message_id,
+                summary=summary,
+            )
+        return _compaction(row)
+
+    def get_compactions(self, session_id: str) -> list[Compaction]:
+        _require(session_id)
+        rows = models.Compaction.objects.filter(session_id=session_id)
+        return [_compaction(row) for row in rows.order_by("created_at", "pk")]
 
     supports_search = True
 
@@ -659,7 +735,7 @@ class ORMSessionStateStore(SessionStateStore):
     def queue_run(self, session_id: str, run_id: str, run_input: Any) -> bool:
         run_id = rules.check_identifier("run id", run_id)
         with transaction.atomic():
-            _lock(session_id)
+            _lock(session_id, "id")
             run = self.get_current_run(session_id)
             if run is None or run.status != RunStatus.RUNNING:
                 return False
@@ -805,6 +881,11 @@ def _update_lease(session_id: str, holder: str, **columns: Any) -> bool:
     return False
 
 
+def _touch(session_id: str, **columns: Any) -> None:
+    """Set `updated_at` (and `columns`) of a session the caller holds locked."""
+    models.AgentSession.objects.filter(pk=session_id).update(updated_at=timezone.now(), **columns)
+
+
 def _require(session_id: str, *fields: str) -> dict[str, Any]:
     """Return the named fields of the session; raise `SessionNotFound` if there is none."""
     row = models.AgentSession.objects.filter(pk=session_id).values("id", *fields).first()
@@ -921,6 +1002,9 @@ def _session_state(row: models.AgentSession) -> SessionState:
         user_id=row.user_id or None,
         tags=row.tags,
         metadata=row.metadata,
+        name=row.name or None,
+        model=row.model or None,
+        source=row.source or None,
         version=row.version,
         resume_count=row.resume_count,
         message_count=row.message_count,
@@ -943,6 +1027,9 @@ def _session_summary(row: dict[str, Any]) -> SessionSummary:
         user_id=row["user_id"] or None,
         tags=row["tags"],
         metadata=row["metadata"],
+        name=row["name"] or None,
+        model=row["model"] or None,
+        source=row["source"] or None,
         expires_at=row["expires_at"],
         version=row["version"],
         created_at=row["created_at"],
@@ -962,6 +1049,17 @@ def _message(row: models.Message) -> Message:
         parts=row.parts,
         metadata=row.metadata,
         sequence=row.sequence,
+        created_at=row.created_at,
+    )
+
+
+def _compaction(row: models.Compaction) -> Compaction:
+    return Compaction(
+        compaction_id=row.id,
+        session_id=row.session_id,
+        from_message_id=row.from_message_id,
+        to_message_id=row.to_message_id,
+        summary=row.summary,
         created_at=row.created_at,
     )
 

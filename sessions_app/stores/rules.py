@@ -16,8 +16,10 @@ from django.utils import timezone
 from sessions_app.errors import MessageIdConflict, StateSizeExceeded
 from sessions_app.models import generate_id
 from sessions_app.stores.types import (
+    NEW_ROOT,
     AppendOp,
     CheckpointMeta,
+    Compaction,
     DeleteOp,
     Message,
     MessageRole,
@@ -42,6 +44,13 @@ MUTABLE_STATE_FIELDS = tuple(
     if field.name not in SessionState.IDENTITY_FIELDS | SessionState.READ_ONLY_FIELDS
 )
 _OPTIONAL_TEXT_STATE_FIELDS = ("error", "failure_reason", "abort_reason", "suspended_step_id")
+
+
+def check_name(value: Any, kind: str = "name") -> str:
+    """Return `value` if it is a usable session name (or model, or source), else raise."""
+    if not isinstance(value, str) or len(value) > MAX_IDENTIFIER_LENGTH:
+        raise ValueError(f"{kind} must be a string of at most {MAX_IDENTIFIER_LENGTH} characters.")
+    return value
 
 
 def check_identifier(kind: str, value: Any) -> str:
@@ -192,7 +201,7 @@ def apply_merge_ops(
 def lookup_ids(messages: Sequence[Message]) -> set[str]:
     """Return the caller-chosen ids and explicit parent ids an append must look up."""
     return {message.id for message in messages if message.id is not None} | {
-        message.parent_id for message in messages if message.parent_id is not None
+        message.parent_id for message in messages if message.parent_id not in (None, NEW_ROOT)
     }
 
 
@@ -210,7 +219,7 @@ def plan_append(
     `stored_sessions` maps each id of `lookup_ids(messages)` that is already stored to the
     session holding it. Ids the session already holds are skipped (a retried append is a no-op);
     ids of other sessions raise `MessageIdConflict`. A message without a parent continues from
-    the one before it; a parent outside the session is dropped, making the message a root.
+    the one before it; `NEW_ROOT`, or a parent outside the session, makes the message a root.
     """
     planned: list[Message] = []
     batch_ids: set[str] = set()
@@ -232,7 +241,7 @@ def plan_append(
         if parent_id is None:
             parent_id = previous_id
         elif parent_id not in batch_ids and stored_sessions.get(parent_id) != session_id:
-            parent_id = None
+            parent_id = None  # NEW_ROOT, or a parent outside the session.
         sequence += 1
         planned.append(
             Message(
@@ -252,6 +261,62 @@ def plan_append(
         batch_ids.add(message_id)
         previous_id = message_id
     return planned
+
+
+def updated_message(stored: Message, update: Message) -> Message:
+    """Return `stored` with the content `update` gives; its place in the tree stays."""
+    return dataclasses.replace(
+        stored,
+        role=MessageRole(update.role),
+        content=update.content or "",
+        tool_calls=update.tool_calls,
+        tool_call_id=update.tool_call_id or None,
+        name=update.name or None,
+        parts=update.parts,
+        metadata=update.metadata,
+    )
+
+
+def apply_compactions(path: list[Message], compactions: Sequence[Compaction]) -> list[Message]:
+    """Return `path` with each compacted range replaced by its summary (reference 002).
+
+    `compactions` are in the order they were added.
+    At each message, of the compactions starting there whose end is further on this path, the
+    newest stands in for the range; the path goes on after its end. So a compaction shows on
+    every branch holding both its ends, and only there.
+    """
+    if not compactions:
+        return path
+    position = {message.id: index for index, message in enumerate(path)}
+    starting: dict[str, list[Compaction]] = {}
+    for compaction in compactions:
+        starting.setdefault(compaction.from_message_id, []).append(compaction)
+    result: list[Message] = []
+    index = 0
+    while index < len(path):
+        message = path[index]
+        ends_here_or_later = [
+            c for c in starting.get(message.id, ()) if position.get(c.to_message_id, -1) >= index
+        ]
+        if not ends_here_or_later:
+            result.append(message)
+            index += 1
+            continue
+        newest = ends_here_or_later[-1]
+        result.append(compaction_message(newest))
+        index = position[newest.to_message_id] + 1
+    return result
+
+
+def compaction_message(compaction: Compaction) -> Message:
+    """Return the synthetic assistant message a compaction shows as in history."""
+    return Message(
+        role=MessageRole.ASSISTANT,
+        content=compaction.summary,
+        id=f"compaction_{compaction.compaction_id}",
+        parts=[{"type": "text", "text": compaction.summary}],
+        created_at=compaction.created_at,
+    )
 
 
 def staged_change_size(change: StagedToolChange) -> int:

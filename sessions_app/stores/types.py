@@ -61,10 +61,14 @@ class SessionState:
     user_id: str | None = None
     tags: list[str] = field(default_factory=list)
     metadata: dict[str, str] = field(default_factory=dict)
+    # The conversation's model and source, as a session manager records them.
+    model: str | None = None
+    source: str | None = None
 
     version: int = 1
     resume_count: int = 0
     # Read-only views maintained by the store; `save_state` ignores them.
+    name: str | None = None  # Written by `rename_session` alone, so a step never undoes it.
     message_count: int = 0
     interrupt_flag: InterruptFlagInfo | None = None
     created_at: datetime | None = None
@@ -72,10 +76,19 @@ class SessionState:
 
     # Fixed at creation; `save_state` never changes them.
     IDENTITY_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"session_id", "agent_type", "parent_session_id", "root_session_id", "owner_id", "user_id"}
+        {
+            "session_id",
+            "agent_type",
+            "parent_session_id",
+            "root_session_id",
+            "owner_id",
+            "user_id",
+            "model",
+            "source",
+        }
     )
     READ_ONLY_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"version", "message_count", "interrupt_flag", "created_at", "updated_at"}
+        {"version", "name", "message_count", "interrupt_flag", "created_at", "updated_at"}
     )
 
     def snapshot(self) -> dict[str, Any]:
@@ -108,6 +121,9 @@ class SessionSummary:
     user_id: str | None
     tags: list[str]
     metadata: dict[str, str]
+    name: str | None
+    model: str | None
+    source: str | None
     expires_at: datetime | None
     version: int
     created_at: datetime
@@ -123,11 +139,28 @@ class PaginatedSessions:
     has_more: bool
 
 
+# A message appended with this `parent_id` starts a new root (reference 002's explicit `null`).
+NEW_ROOT = ""
+
+
+@dataclass(kw_only=True, slots=True)
+class Compaction:
+    """A summary standing in for the messages `from_message_id`..`to_message_id` of a branch."""
+
+    compaction_id: str
+    session_id: str
+    from_message_id: str
+    to_message_id: str
+    summary: str
+    created_at: datetime
+
+
 @dataclass(kw_only=True, slots=True)
 class Message:
     """A conversation message; the store fills `id`, `sequence` and `created_at` on append.
 
-    Without `parent_id` a message continues from the one appended before it.
+    Without `parent_id` a message continues from the one appended before it (the active
+    branch's end); with `parent_id=NEW_ROOT` it starts a new root.
     """
 
     role: MessageRole

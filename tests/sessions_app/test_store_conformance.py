@@ -29,6 +29,7 @@ from sessions_app.stores import rules
 from sessions_app.stores.base import DEFAULT_MAX_STAGED_CHANGES_BYTES, SessionStateStore
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.types import (
+    NEW_ROOT,
     AppendOp,
     CasApplied,
     CasRejected,
@@ -741,6 +742,169 @@ def test_tree_reads_of_missing_things(store, session_id):
         store.get_history("nope")
     with pytest.raises(SessionNotFound):
         store.get_latest_leaf("nope")
+
+
+def test_an_explicit_new_root_starts_a_tree_of_its_own(store, session_id):
+    store.append_messages(session_id, [user("one", id="m1"), assistant("two", id="m2")])
+    store.append_messages(session_id, [user("fresh", id="r2", parent_id=NEW_ROOT)])
+    store.append_messages(session_id, [assistant("reply", id="r3")])
+
+    assert store.get_message(session_id, "r2").parent_id is None
+    assert ids(store.get_history(session_id)) == ["r2", "r3"]
+    assert ids(store.get_history(session_id, "m2")) == ["m1", "m2"]
+
+
+def test_appending_a_stored_id_again_changes_nothing(store, session_id):
+    store.append_messages(session_id, [user("one", id="m1"), assistant("two", id="m2")])
+
+    again = store.append_messages(session_id, [user("one, edited", id="m1", parent_id="m2")])
+
+    assert again == []
+    assert store.get_message(session_id, "m1").content == "one"
+    assert store.get_message_count(session_id) == 2
+
+
+def test_update_message_replaces_content_and_keeps_its_place(store, session_id):
+    store.append_messages(session_id, [user("one", id="m1"), assistant("two", id="m2")])
+    before = store.load_state(session_id)
+    time.sleep(0.002)
+
+    updated = store.update_message(
+        session_id,
+        assistant("two, better", id="m2", parts=[{"type": "text", "text": "two, better"}]),
+    )
+
+    stored = store.get_message(session_id, "m2")
+    assert stored == updated
+    assert (stored.content, stored.parent_id, stored.sequence) == ("two, better", "m1", 2)
+    assert stored.parts == [{"type": "text", "text": "two, better"}]
+    after = store.load_state(session_id)
+    assert after.updated_at > before.updated_at
+    assert after.version == before.version
+    with pytest.raises(MessageNotFound):
+        store.update_message(session_id, user("x", id="missing"))
+
+
+def test_delete_messages_makes_orphans_roots_and_counts(store, session_id):
+    store.append_messages(
+        session_id, [user("one", id="m1"), assistant("two", id="m2"), user("three", id="m3")]
+    )
+    other = store.create_session(agent_type="assistant").session_id
+    store.append_messages(other, [user("theirs", id="t1")])
+    before = store.load_state(session_id)
+    time.sleep(0.002)
+
+    deleted = store.delete_messages(session_id, ["m2", "t1", "never"])
+
+    assert deleted == 1
+    assert store.get_message(session_id, "m2") is None
+    assert store.get_message(other, "t1") is not None
+    assert store.get_message_count(session_id) == 2
+    assert ids(store.get_history(session_id)) == ["m3"]
+    assert store.get_message(session_id, "m3").parent_id is None
+    assert store.load_state(session_id).updated_at > before.updated_at
+    store.append_messages(session_id, [assistant("four", id="m4")])
+    assert store.get_message(session_id, "m4").sequence == 4
+
+
+def test_clear_messages_removes_messages_and_compactions(store, session_id):
+    store.append_messages(session_id, [user("one", id="m1"), assistant("two", id="m2")])
+    store.add_compaction(session_id, "summary", "m1", "m2")
+
+    assert store.clear_messages(session_id) == 2
+
+    assert store.get_history(session_id) == []
+    assert store.get_compactions(session_id) == []
+    assert store.get_message_count(session_id) == 0
+    store.append_messages(session_id, [user("again", id="m1")])
+    assert ids(store.get_history(session_id)) == ["m1"]
+
+
+def test_tree_writes_to_a_missing_session_raise(store):
+    with pytest.raises(SessionNotFound):
+        store.update_message("nope", user("x", id="m1"))
+    with pytest.raises(SessionNotFound):
+        store.delete_messages("nope", ["m1"])
+    with pytest.raises(SessionNotFound):
+        store.clear_messages("nope")
+    with pytest.raises(SessionNotFound):
+        store.add_compaction("nope", "s", "m1", "m2")
+    with pytest.raises(SessionNotFound):
+        store.get_compactions("nope")
+    with pytest.raises(SessionNotFound):
+        store.rename_session("nope", "name")
+
+
+# Compaction overlays
+
+
+def test_a_compaction_stands_in_for_its_range_and_keeps_the_originals(store, session_id):
+    store.append_messages(session_id, [user(f"m{n}", id=f"m{n}") for n in range(1, 7)])
+
+    compaction = store.add_compaction(session_id, "Summary of 2..4", "m2", "m4")
+
+    history = store.get_history(session_id)
+    assert ids(history) == ["m1", f"compaction_{compaction.compaction_id}", "m5", "m6"]
+    assert (history[1].role, history[1].content) == (MessageRole.ASSISTANT, "Summary of 2..4")
+    assert history[1].parts == [{"type": "text", "text": "Summary of 2..4"}]
+    assert ids(store.get_path(session_id)) == [f"m{n}" for n in range(1, 7)]
+    assert store.get_path_length(session_id) == 6
+    assert store.get_message(session_id, "m3").content == "m3"
+    assert store.get_compactions(session_id) == [compaction]
+
+
+def test_a_compaction_shows_only_on_branches_holding_both_ends(store, session_id):
+    store.append_messages(session_id, [user(f"m{n}", id=f"m{n}") for n in range(1, 5)])
+    store.append_messages(session_id, [assistant("other", id="b3", parent_id="m2")])
+    compaction = store.add_compaction(session_id, "Summary", "m1", "m3")
+
+    assert ids(store.get_history(session_id, "m4")) == [
+        f"compaction_{compaction.compaction_id}",
+        "m4",
+    ]
+    assert ids(store.get_history(session_id, "b3")) == ["m1", "m2", "b3"]
+
+
+def test_the_newest_compaction_from_a_message_wins(store, session_id):
+    store.append_messages(session_id, [user(f"m{n}", id=f"m{n}") for n in range(1, 6)])
+    store.add_compaction(session_id, "first pass", "m1", "m2")
+    second = store.add_compaction(session_id, "second pass", "m1", "m4")
+
+    history = store.get_history(session_id)
+
+    assert ids(history) == [f"compaction_{second.compaction_id}", "m5"]
+    assert history[0].content == "second pass"
+
+
+def test_a_compaction_needs_both_ends_in_the_session(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    store.append_messages(other, [user("theirs", id="t1")])
+    store.append_messages(session_id, [user("mine", id="m1")])
+
+    with pytest.raises(MessageNotFound):
+        store.add_compaction(session_id, "s", "m1", "t1")
+    assert store.get_compactions(session_id) == []
+
+
+# Names
+
+
+def test_a_session_keeps_its_name_model_and_source(store):
+    state = store.create_session(
+        agent_type="assistant", name="Trip plans", model="gpt-x", source="web"
+    )
+    time.sleep(0.002)
+
+    store.rename_session(state.session_id, "Holiday plans")
+
+    renamed = store.load_state(state.session_id)
+    assert (renamed.name, renamed.model, renamed.source) == ("Holiday plans", "gpt-x", "web")
+    assert renamed.version == state.version
+    assert renamed.updated_at > state.updated_at
+    summary = store.list_sessions().sessions[0]
+    assert (summary.name, summary.model, summary.source) == ("Holiday plans", "gpt-x", "web")
+    store.save_state(state.session_id, renamed)
+    assert store.load_state(state.session_id).name == "Holiday plans"
 
 
 # Full-text search
