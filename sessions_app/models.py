@@ -385,3 +385,70 @@ class UsageEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} usage of {self.session_id}"
+
+
+class ContextBlock(models.Model):
+    """A context block's stored content, for blocks of the default database provider.
+
+    A block added at run time (`added_at_run_time`) is declared by its row alone: its
+    description and token limit live here, so every worker that builds the session's context
+    finds it (reference 002 `addContext`).
+    """
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.DB_CASCADE, related_name="context_blocks", db_index=False
+    )
+    label = models.CharField(max_length=255)
+    content = models.TextField(blank=True, default="")
+    added_at_run_time = models.BooleanField(default=False)
+    description = models.TextField(blank=True, default="")
+    max_tokens = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "label"], name="contextblock_session_label"),
+            models.CheckConstraint(
+                condition=Q(max_tokens__gte=1), name="contextblock_max_tokens_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"context block {self.label} of {self.session_id}"
+
+
+class ContextEntry(models.Model):
+    """A keyed entry of a searchable context block, full-text indexed like message content."""
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.DB_CASCADE, related_name="context_entries", db_index=False
+    )
+    label = models.CharField(max_length=255)
+    key = models.CharField(max_length=255)
+    content = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "label", "key"], name="contextentry_session_label_key"
+            ),
+        ]
+        verbose_name_plural = "context entries"
+
+    def __str__(self) -> str:
+        return f"entry {self.key} of {self.label} in {self.session_id}"
+
+
+class SystemPrompt(models.Model):
+    """A session's frozen system prompt: block writes change it only when it is refreshed."""
+
+    session = models.OneToOneField(
+        AgentSession, on_delete=models.DB_CASCADE, primary_key=True, related_name="system_prompt"
+    )
+    text = models.TextField()
+    rendered_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"system prompt of {self.session_id}"

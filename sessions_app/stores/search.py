@@ -13,6 +13,9 @@ Two query forms, as the reference's session and manager searches have them:
 
 Best matches come first (each engine's own ranking), then newer messages. SQLite's query is
 built from the query's stems only, so no input is FTS5 syntax; PostgreSQL parses the text itself.
+
+Context entries (`sessions_app.memory.providers`) are indexed and matched the same way, with
+`search_text` and `fts5_match`.
 """
 
 import re
@@ -58,7 +61,7 @@ def search_messages(
     if connection.vendor == "postgresql":
         sql, params = _postgres(query, mode)
     else:
-        match = _fts5_match(query, mode)
+        match = fts5_match(query, mode)
         if match is None:
             return []
         sql = (
@@ -108,7 +111,7 @@ def register_sqlite_functions(raw_connection: sqlite3.Connection) -> None:
     raw_connection.create_function("search_text", 1, search_text, deterministic=True)
 
 
-def _fts5_match(query: str, mode: SearchMode) -> str | None:
+def fts5_match(query: str, mode: SearchMode) -> str | None:
     """Return the FTS5 query for `query`'s stems, or None when it has none to look for."""
     stems = search_text(query).split()
     if mode == "all_words":
