@@ -23,6 +23,7 @@ from asgiref.sync import async_to_sync
 from pydantic import BaseModel, ValidationError
 
 from agents_app.hooks import AgentHooks
+from agents_app.memory import AgentMemory
 from agents_app.state import StateDraft, json_copy
 from sessions_app.errors import HelixError
 
@@ -182,7 +183,8 @@ class Agent:
     `system_prompt` is text or a function of the custom state; `initial_state` is a dict or a
     function returning one; `llm` is free-form adapter configuration (model, temperature, ...).
     With `persistent_agents` (agent types), the agent also gets the companion tools that spawn,
-    message, watch and stop persistent children of those types (`agents_app.companions`).
+    message, watch and stop persistent children of those types (`agents_app.companions`). With
+    `memory`, it gets context blocks, their tools and compaction (`agents_app.memory`).
     """
 
     name: str
@@ -195,6 +197,7 @@ class Agent:
     llm: dict[str, Any] = field(default_factory=dict)
     hooks: AgentHooks | None = None
     persistent_agents: tuple[str, ...] = ()
+    memory: AgentMemory | None = None
     _output_tool: Tool | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -210,6 +213,8 @@ class Agent:
             raise InvalidDefinition(f"{where}: llm must be a dict.")
         if self.hooks is not None and not isinstance(self.hooks, AgentHooks):
             raise InvalidDefinition(f"{where}: hooks must be an AgentHooks.")
+        if self.memory is not None and not isinstance(self.memory, AgentMemory):
+            raise InvalidDefinition(f"{where}: memory must be an AgentMemory.")
         if not callable(self.initial_state):
             if not isinstance(self.initial_state, Mapping):
                 raise InvalidDefinition(f"{where}: initial_state must be a dict or a function.")

@@ -43,6 +43,7 @@ from agents_app.llm.base import (
     build_adapter,
 )
 from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.session_memory import memory_tools, session_memory
 from agents_app.state import StateDraft
 from agents_app.tool_calls import StepScope, ToolOutcome, run_tool_calls
 from agents_app.watcher import StepWatch
@@ -186,9 +187,24 @@ class _Attempt:
                 session_id=state.session_id, run_id=run.run_id, user_id=state.user_id
             ),
         )
+        self.adapter_context = AdapterContext(
+            session_id=state.session_id, agent_type=state.agent_type, run_id=run.run_id
+        )
+        self.memory = (
+            None
+            if self.agent.memory is None
+            else session_memory(self.agent.memory, state, self.adapter_context, self.agent.llm)
+        )
+        remembering = (
+            [] if self.memory is None else memory_tools(self.agent.memory, self.memory, state)
+        )
         self.tools = {
             tool.name: tool
-            for tool in [*self.agent.all_tools(), *companions.companion_tools(self.agent)]
+            for tool in [
+                *self.agent.all_tools(),
+                *companions.companion_tools(self.agent),
+                *remembering,
+            ]
         }
 
     @property
@@ -247,8 +263,9 @@ class _Attempt:
 
     def _call_model(self, writer: StreamWriter, watch: StepWatch) -> _Reply:
         """Stream the model's reply to the stream, retrying retryable errors with backoff."""
+        self._compact(writer)
         request = LLMRequest(
-            system=self.agent.render_system_prompt(self.state.custom_state or {}),
+            system=self._system_prompt(),
             messages=self._history(),
             tools=[
                 ToolSpec(tool.name, tool.description, tool.json_schema())
@@ -257,14 +274,7 @@ class _Attempt:
             model=self.agent.llm.get("model"),
             temperature=self.agent.llm.get("temperature"),
         )
-        adapter = build_adapter(
-            AdapterContext(
-                session_id=self.session_id,
-                agent_type=self.state.agent_type,
-                run_id=self.run_record.run_id,
-            ),
-            self.agent.llm,
-        )
+        adapter = build_adapter(self.adapter_context, self.agent.llm)
         retries, retried = conf.llm_max_retries(), 0
         while True:
             try:
@@ -302,6 +312,23 @@ class _Attempt:
                 case Usage():
                     usage.append(event)
         return _Reply(text="".join(text), tool_calls=calls, usage=usage)
+
+    def _system_prompt(self) -> str:
+        """Return the agent's prompt, then its context blocks' frozen one."""
+        own = self.agent.render_system_prompt(self.state.custom_state or {})
+        if self.memory is None:
+            return own
+        return "\n\n".join(part for part in (own, self.memory.freeze_system_prompt()) if part)
+
+    def _compact(self, writer: StreamWriter) -> None:
+        """Compact the branch if it is past the agent's `compact_after`; report a failure."""
+        if self.memory is None:
+            return
+        failure = self.memory.compact_if_needed().error
+        if failure is not None:
+            writer.write(
+                self._chunk(chunks.Error, error=failure, code="compaction-failed", recoverable=True)
+            )
 
     def _stop_model(self) -> None:
         if self.llm_stream is not None:

@@ -19,7 +19,9 @@ from agents_app.llm.scripted import (
     sequence_script,
     turn_step,
 )
+from agents_app.memory import AgentMemory, CompactionSettings
 from agents_app.registry import get_registry
+from sessions_app.memory.context import ContextBlockSpec
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole
 from sessions_app.usage import get_usage_store
@@ -153,6 +155,28 @@ def count_completion(context: CompleteContext) -> None:
             value=1,
         )
     )
+
+
+def memorizer_script(request, context) -> Turn:
+    """Summarise when asked to; save a "Remember: ..." with set_context; else echo the prompt."""
+    last = request.messages[-1]
+    if last.content.startswith(("Create a concise summary", "You are updating")):
+        return Turn(text="## Topic\nWhat the user told me.")
+    if last.role == MessageRole.USER and last.content.startswith("Remember: "):
+        fact = last.content.removeprefix("Remember: ")
+        call = ScriptedToolCall(name="set_context", arguments={"label": "memory", "content": fact})
+        return Turn(tool_calls=[call])
+    return Turn(text=f"Prompt: {request.system}")
+
+
+def failing_summary_script(request, context) -> Turn:
+    """Answer every message, but fail to summarise."""
+    if request.messages[-1].content.startswith("Create a concise summary"):
+        return Turn(error=LLMError("summaries are down", retryable=False))
+    return Turn(text=f"Seen {len(request.messages)} messages")
+
+
+MEMORY_BLOCK = ContextBlockSpec("memory", description="Learned facts", max_tokens=1100)
 
 
 def second_chance_script(request, context) -> Turn:
@@ -320,6 +344,29 @@ SCRIPTED_AGENTS = [
             ScriptedToolCall(name="transfer", arguments={"amount": 7}, id="call-transfer"),
             delay=0.5,
         ),
+    ),
+    # Conversation memory: a writable block, and compaction of all but the last two messages.
+    (
+        Agent(
+            name="memorizer",
+            system_prompt="You remember.",
+            memory=AgentMemory(
+                context=[MEMORY_BLOCK],
+                compaction=CompactionSettings(protect_head=0, tail_token_budget=0),
+                compact_after=400,
+            ),
+        ),
+        memorizer_script,
+    ),
+    (
+        Agent(
+            name="forgetful",
+            memory=AgentMemory(
+                compaction=CompactionSettings(protect_head=0, tail_token_budget=0),
+                compact_after=1,
+            ),
+        ),
+        failing_summary_script,
     ),
     (
         Agent(name="reporter", hooks=AgentHooks(on_complete=count_completion)),
