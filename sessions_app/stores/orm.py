@@ -493,15 +493,7 @@ class ORMSessionStateStore(SessionStateStore):
             if row is None:
                 raise MessageNotFound(session_id, str(message.id))
             updated = rules.updated_message(_message(row), message)
-            models.Message.objects.filter(pk=row.pk).update(
-                role=updated.role,
-                content=updated.content,
-                tool_calls=updated.tool_calls,
-                tool_call_id=updated.tool_call_id or "",
-                name=updated.name or "",
-                parts=updated.parts,
-                metadata=updated.metadata,
-            )
+            models.Message.objects.filter(pk=row.pk).update(**_said(updated))
             _touch(session_id)
         return updated
 
@@ -934,18 +926,25 @@ def _insert_messages(session_id: str, messages: Sequence[Message], now: datetime
             session_id=session_id,
             sequence=message.sequence,
             parent_id=message.parent_id,
-            role=message.role,
-            content=message.content,
-            tool_calls=message.tool_calls,
-            tool_call_id=message.tool_call_id or "",
-            name=message.name or "",
-            parts=message.parts,
-            metadata=message.metadata,
             created_at=now,
+            **_said(message),
         )
         for message in planned
     )
     return planned
+
+
+def _said(message: Message) -> dict[str, Any]:
+    """Return the columns of what a message says (its place in the tree aside)."""
+    return {
+        "role": message.role,
+        "content": message.content,
+        "tool_calls": message.tool_calls,
+        "tool_call_id": message.tool_call_id or "",
+        "name": message.name or "",
+        "parts": message.parts,
+        "metadata": message.metadata,
+    }
 
 
 def _staged(session_id: str, step_id: str):

@@ -820,6 +820,19 @@ def test_clear_messages_removes_messages_and_compactions(store, session_id):
     assert ids(store.get_history(session_id)) == ["m1"]
 
 
+def test_truncating_to_a_checkpoint_brings_back_the_branch_active_then(store, session_id):
+    store.append_messages(session_id, [user("one", id="m1"), assistant("two", id="m2")])
+    store.append_messages(session_id, [assistant("two, again", id="b2", parent_id="m1")])
+    kept = store.get_message_count(session_id)  # What a checkpoint records.
+    store.append_messages(session_id, [user("three", id="m3", parent_id="m2")])
+
+    store.truncate_messages(session_id, kept)
+
+    assert store.get_latest_leaf(session_id).id == "b2"
+    assert ids(store.get_history(session_id)) == ["m1", "b2"]
+    assert ids(store.get_branches(session_id, "m1")) == ["m2", "b2"]
+
+
 def test_tree_writes_to_a_missing_session_raise(store):
     with pytest.raises(SessionNotFound):
         store.update_message("nope", user("x", id="m1"))
