@@ -1,4 +1,8 @@
-"""Run every benchmark on a throwaway PostgreSQL database: `python -m bench [--quick]`."""
+"""Run every benchmark on a throwaway PostgreSQL database: `python -m bench [--quick]`.
+
+A full run's memory benchmark keeps its large data sets in a database of their own for the next
+run (`bench.corpus`).
+"""
 
 import argparse
 import os
@@ -24,6 +28,10 @@ QUICK_ITERATIONS = 10
 DEFAULT_DELIVERIES = 200
 QUICK_DELIVERIES = 10
 DEFAULT_PAUSE_MS = 20.0
+DEFAULT_HISTORY_MESSAGES = 100_000
+QUICK_HISTORY_MESSAGES = 2_000
+DEFAULT_SEARCH_MESSAGES = 1_000_000
+QUICK_SEARCH_MESSAGES = 20_000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +45,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         deliveries=args.deliveries or (QUICK_DELIVERIES if args.quick else DEFAULT_DELIVERIES),
         pause=args.pause_ms / 1000,
         quick=args.quick,
+        history_messages=args.history_messages
+        or (QUICK_HISTORY_MESSAGES if args.quick else DEFAULT_HISTORY_MESSAGES),
+        search_messages=args.search_messages
+        or (QUICK_SEARCH_MESSAGES if args.quick else DEFAULT_SEARCH_MESSAGES),
     )
     url = database_url()
     if os.environ.get("DATABASE_URL", url) != url:
@@ -47,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import steps, stores, streams
+    from bench import memory, steps, stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -67,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # The debug cursor records every query; time the one production uses.
         with override_settings(DEBUG=False):
-            modules = {"stores": stores, "streams": streams, "steps": steps}
+            modules = {"stores": stores, "streams": streams, "steps": steps, "memory": memory}
             for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
                 # Closing a generator cut short by a failure or SIGTERM stops what it started.
@@ -93,7 +105,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Compare Helix's stores and streams with raw psycopg and raw Redis.",
+        description="Compare Helix's stores, streams and memory reads with raw psycopg and Redis.",
     )
     parser.add_argument(
         "--iterations",
@@ -107,7 +119,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("stores", "streams", "steps"),
+        choices=("stores", "streams", "steps", "memory"),
         help="run only this benchmark (repeatable); all by default",
     )
     parser.add_argument(
@@ -124,6 +136,19 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         type=float,
         default=DEFAULT_PAUSE_MS,
         help="pause after each delivered stream write (default %(default)g)",
+    )
+    parser.add_argument(
+        "--history-messages",
+        type=int,
+        help=f"messages in the memory benchmark's long conversation (default "
+        f"{DEFAULT_HISTORY_MESSAGES:,}, {QUICK_HISTORY_MESSAGES:,} with --quick)",
+    )
+    parser.add_argument(
+        "--search-messages",
+        type=int,
+        help=f"messages in the memory benchmark's search corpus (default "
+        f"{DEFAULT_SEARCH_MESSAGES:,}, {QUICK_SEARCH_MESSAGES:,} with --quick); full runs keep "
+        "it for the next",
     )
     return parser.parse_args(argv)
 

@@ -10,7 +10,7 @@ Timed = Callable[[], int]
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
-    """How many runs each side gets, and whether to print the SQL they share."""
+    """How many runs each side gets, whether to print the SQL they share, and data sizes."""
 
     iterations: int
     warmup: int
@@ -19,6 +19,9 @@ class Options:
     deliveries: int = 200
     pause: float = 0.02
     quick: bool = False
+    # Memory benchmark: messages in the long conversation and in the search corpus.
+    history_messages: int = 100_000
+    search_messages: int = 1_000_000
 
 
 def interleave(operations: Sequence[Timed], options: Options) -> list[list[int]]:

@@ -1,11 +1,12 @@
 """Context providers (reference 002): database blocks, searchable entries, skills in file storage.
 
 `DatabaseContextProvider` and `DatabaseSearchProvider` hold one session's data: pass the classes
-themselves as `ContextBlockSpec.provider` factories. `StorageSkillProvider` is shared by every
-session: pass an instance.
+themselves as `ContextBlockSpec.provider` factories. `StorageSkillProvider` and `TextProvider`
+are shared by every session: pass an instance.
 """
 
 import re
+from dataclasses import dataclass
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import Storage, default_storage, storages
@@ -17,6 +18,16 @@ from sessions_app.models import ContextBlock, ContextEntry
 from sessions_app.stores.search import fts5_match
 
 SEARCH_LIMIT = 10
+
+
+@dataclass(frozen=True)
+class TextProvider:
+    """A read-only block of fixed text (a persona, house rules)."""
+
+    text: str
+
+    def get(self) -> str:
+        return self.text
 
 
 class DatabaseContextProvider:

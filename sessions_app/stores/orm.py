@@ -6,8 +6,10 @@ the locked row are current, and later statements in the transaction see every co
 before the lock, which is what keeps message sequences gap-free and versions honest.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -114,7 +116,9 @@ LATEST_LEAF = """(
     ORDER BY l.sequence DESC LIMIT 1
 )"""
 # The model's columns only: not PostgreSQL's search vector, which a step has no use for.
-MESSAGE_COLUMNS = ", ".join(f"m.{field.column}" for field in models.Message._meta.concrete_fields)
+MESSAGE_FIELDS = models.Message._meta.concrete_fields
+MESSAGE_ATTRIBUTES = [field.attname for field in MESSAGE_FIELDS]
+MESSAGE_COLUMNS = ", ".join(f"m.{field.column}" for field in MESSAGE_FIELDS)
 
 
 class ORMSessionStateStore(SessionStateStore):
@@ -468,19 +472,21 @@ class ORMSessionStateStore(SessionStateStore):
     ) -> list[Message]:
         rules.check_page(0, chunk_size)
         start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
-        path: list[models.Message] = []
-        while True:
-            sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
-            chunk = list(models.Message.objects.raw(sql, [session_id, *params, chunk_size]))
-            path += chunk
-            if len(chunk) < chunk_size or chunk[-1].parent_id is None:
-                break
-            start, params = "%s", [chunk[-1].parent_id]
+        path: list[Message] = []
+        with connection.cursor() as cursor:
+            while True:
+                sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
+                cursor.execute(sql, [session_id, *params, chunk_size])
+                chunk = [_message_from_row(row) for row in cursor.fetchall()]
+                path += chunk
+                if len(chunk) < chunk_size or chunk[-1].parent_id is None:
+                    break
+                start, params = "%s", [chunk[-1].parent_id]
         if not path:
             _require(session_id)
             if leaf_id is not None:
                 raise MessageNotFound(session_id, leaf_id)
-        return [_message(row) for row in reversed(path)]
+        return path[::-1]
 
     def get_branches(self, session_id: str, message_id: str) -> list[Message]:
         rows = models.Message.objects.filter(session_id=session_id, parent_id=message_id)
@@ -545,8 +551,10 @@ class ORMSessionStateStore(SessionStateStore):
 
     def search_messages(self, session_id: str, query: str, *, limit: int = 20) -> list[MessageHit]:
         rules.check_page(0, limit)
-        _require(session_id)
-        return search.search_messages(query, "phrase", limit, session_id=session_id)
+        hits = search.search_messages(query, "phrase", limit, session_id=session_id)
+        if not hits:
+            _require(session_id)  # Nothing found: in a session, or for want of one?
+        return hits
 
     def search_owner_messages(
         self, owner_id: int, query: str, *, limit: int = 20
@@ -1036,7 +1044,32 @@ def _session_summary(row: dict[str, Any]) -> SessionSummary:
     )
 
 
-def _message(row: models.Message) -> Message:
+@functools.cache
+def _message_converters(vendor: str) -> list[tuple[int, Any, list[Callable]]]:
+    """Return, per column of MESSAGE_COLUMNS, the converters the ORM applies to its values."""
+    converters = []
+    for index, field in enumerate(MESSAGE_FIELDS):
+        column = field.get_col(models.Message._meta.db_table)
+        found = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        if found:
+            converters.append((index, column, found))
+    return converters
+
+
+def _message_from_row(row: tuple) -> Message:
+    """Return the message a row of MESSAGE_COLUMNS (and a trailing depth) holds.
+
+    The row is converted as the ORM would convert it, without building a model instance:
+    `get_path` reads whole conversations, and instances cost more than the query.
+    """
+    values = list(row[: len(MESSAGE_FIELDS)])
+    for index, column, converters in _message_converters(connection.vendor):
+        for convert in converters:
+            values[index] = convert(values[index], column, connection)
+    return _message(SimpleNamespace(**dict(zip(MESSAGE_ATTRIBUTES, values, strict=True))))
+
+
+def _message(row: models.Message | SimpleNamespace) -> Message:
     return Message(
         role=MessageRole(row.role),
         content=row.content,

@@ -58,20 +58,29 @@ def search_messages(
     owner_id: int | None = None,
 ) -> list[MessageHit]:
     """Return up to `limit` messages matching `query`, of one session or of one owner's."""
+    if session_id is not None:
+        joined, scope, scope_params = "", "m.session_id = %s", [session_id]
+    else:  # Only an owner's search needs the sessions: a session's reads its messages alone.
+        joined = " JOIN sessions_app_agentsession s ON s.id = m.session_id"
+        scope, scope_params = "s.owner_id = %s", [owner_id]
     if connection.vendor == "postgresql":
-        sql, params = _postgres(query, mode)
+        sql = (
+            f"SELECT {_COLUMNS} FROM sessions_app_message m{joined}, "
+            f"{_POSTGRES_QUERY[mode]}('english', %s) q(query) "
+            "WHERE m.search_vector @@ q.query"
+        )
+        params = [query]
     else:
         match = fts5_match(query, mode)
         if match is None:
             return []
         sql = (
             f"SELECT {_COLUMNS} FROM sessions_app_message_fts f "
-            "JOIN sessions_app_message m ON m.rowid = f.rowid "
-            "JOIN sessions_app_agentsession s ON s.id = m.session_id "
+            f"JOIN sessions_app_message m ON m.rowid = f.rowid{joined} "
             "WHERE sessions_app_message_fts MATCH %s"
         )
         params = [match]
-    sql, params = _scoped(sql, params, session_id, owner_id)
+    sql, params = f"{sql} AND {scope}", [*params, *scope_params]
     best = _BEST_FIRST[connection.vendor]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -87,16 +96,6 @@ def search_messages(
             )
             for row in cursor.fetchall()
         ]
-
-
-def _postgres(query: str, mode: SearchMode) -> tuple[str, list]:
-    return (
-        f"SELECT {_COLUMNS} FROM sessions_app_message m "
-        "JOIN sessions_app_agentsession s ON s.id = m.session_id, "
-        f"{_POSTGRES_QUERY[mode]}('english', %s) q(query) "
-        "WHERE m.search_vector @@ q.query",
-        [query],
-    )
 
 
 def search_text(text: str) -> str:
@@ -121,9 +120,3 @@ def fts5_match(query: str, mode: SearchMode) -> str | None:
     if mode == "phrase":
         return '"' + " ".join(stems) + '"'
     return " AND ".join(f'"{stem}"' for stem in stems)
-
-
-def _scoped(sql: str, params: list, session_id: str | None, owner_id: int | None):
-    if session_id is not None:
-        return f"{sql} AND m.session_id = %s", [*params, session_id]
-    return f"{sql} AND s.owner_id = %s", [*params, owner_id]

@@ -8,6 +8,7 @@ from sessions_app.errors import MessageNotFound, SessionNotFound
 from sessions_app.memory.compaction import CompactionProposal
 from sessions_app.memory.context import ContextBlockSpec
 from sessions_app.memory.manager import SessionManager
+from sessions_app.memory.providers import TextProvider
 from sessions_app.memory.session import ConversationMemory, MemoryConfig
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import NEW_ROOT, Message, MessageRole
@@ -63,7 +64,7 @@ def test_an_append_past_the_threshold_compacts_the_branch(session_id):
 
 
 def test_the_threshold_counts_the_system_prompt(session_id):
-    soul = ContextBlockSpec("soul", provider=type("Soul", (), {"get": lambda self: "x " * 40})())
+    soul = ContextBlockSpec("soul", provider=TextProvider("x " * 40))
     memory = ConversationMemory(
         session_id, MemoryConfig(context=[soul], compactor=halve, compact_after=40)
     )
@@ -74,6 +75,7 @@ def test_the_threshold_counts_the_system_prompt(session_id):
 
     assert with_prompt > 40 > with_prompt - 52  # The 40-word soul is 52 of the tokens.
     assert outcome.compaction is not None
+    assert memory.estimate_tokens(other_prompt="y " * 40) == memory.estimate_tokens() + 52
 
 
 def test_a_failed_compaction_is_reported_and_loses_nothing(session_id):
