@@ -324,7 +324,8 @@ class _Attempt:
         """Compact the branch if it is past the agent's `compact_after`; report a failure."""
         if self.memory is None:
             return
-        failure = self.memory.compact_if_needed().error
+        own_prompt = self.agent.render_system_prompt(self.state.custom_state or {})
+        failure = self.memory.compact_if_needed(other_prompt=own_prompt).error
         if failure is not None:
             writer.write(
                 self._chunk(chunks.Error, error=failure, code="compaction-failed", recoverable=True)

@@ -51,11 +51,20 @@ def agent_session_create(
     tags: Sequence[str] = (),
     metadata: Mapping[str, str] | None = None,
     expires_at: datetime | None = None,
+    name: str | None = None,
+    model: str | None = None,
+    source: str | None = None,
+    parent_session_id: str | None = None,
 ) -> SessionState:
-    """Create a session of `agent_type` for `user`, holding the agent's initial state."""
+    """Create a session of `agent_type` for `user`, holding the agent's initial state.
+
+    A parent session must be one of `user`'s (`SessionNotFound` otherwise).
+    """
     agent = get_registry().resolve(
         agent_type, AgentFactoryContext(session_id="", run_id="", user_id=user_id)
     )
+    if parent_session_id is not None:
+        session_for_user(session_id=parent_session_id, user=user)
     return _create_session(
         agent,
         None,
@@ -65,6 +74,10 @@ def agent_session_create(
         tags=tags,
         metadata=metadata,
         expires_at=expires_at,
+        name=name,
+        model=model,
+        source=source,
+        parent_session_id=parent_session_id,
     )
 
 
@@ -239,6 +252,10 @@ def _create_session(
     tags: Sequence[str],
     metadata: Mapping[str, str] | None,
     expires_at: datetime | None = None,
+    name: str | None = None,
+    model: str | None = None,
+    source: str | None = None,
+    parent_session_id: str | None = None,
 ) -> SessionState:
     """Create the user's session of `agent_type`, holding `agent`'s initial state."""
     return get_session_store().create_session(
@@ -250,6 +267,10 @@ def _create_session(
         metadata=metadata,
         custom_state=agent.make_initial_state(),
         expires_at=expires_at,
+        name=name,
+        model=model,
+        source=source,
+        parent_session_id=parent_session_id,
     )
 
 

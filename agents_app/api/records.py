@@ -2,12 +2,14 @@
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app.api.fields import StrictCharField
+from agents_app.api.memory_wire import ClosedObject, StrictFloatField, StrictIntegerField
+from agents_app.memory_services import session_usage_add
 from agents_app.selectors import agent_snapshot
 from agents_app.ui import ui_messages
 from sessions_app.http import query_input
@@ -21,6 +23,7 @@ from sessions_app.selectors import (
     user_search,
 )
 from sessions_app.stores.rules import MAX_PAGE_SIZE, MAX_POSITION
+from sessions_app.usage.rules import MAX_COUNT
 from sessions_app.usage.types import UsageKind
 
 
@@ -59,7 +62,8 @@ class MessagesView(APIView):
 
 
 class UsageView(APIView):
-    """`GET ?mode=rollup|entries`: the session's usage summed up, or its entries."""
+    """`GET ?mode=rollup|entries`: the session's usage summed up, or its entries; `POST`:
+    record tokens and cost spent outside a run (reference 002 `addUsage`)."""
 
     class UsageInput(serializers.Serializer):
         mode = serializers.ChoiceField(choices=["rollup", "entries"], default="rollup")
@@ -80,6 +84,29 @@ class UsageView(APIView):
             return Response(session_usage_rollup(**scope).to_wire())
         entries = session_usage_entries(**scope, kinds=data.get("kind") or None)
         return Response({"entries": [entry.to_wire() for entry in entries]})
+
+    class UsageAddInput(ClosedObject):
+        """Tokens and cost spent outside a run."""
+
+        # Half the store's largest count each, so that their total fits it too.
+        inputTokens = StrictIntegerField(min_value=0, max_value=MAX_COUNT // 2)
+        outputTokens = StrictIntegerField(min_value=0, max_value=MAX_COUNT // 2)
+        # Bounded, so that sums of costs stay finite on every database.
+        cost = StrictFloatField(required=False, default=0.0, min_value=0, max_value=1e9)
+
+    @extend_schema(request=UsageAddInput, responses={204: None})
+    def post(self, request: Request, session_id: str) -> Response:
+        body = self.UsageAddInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        session_usage_add(
+            user=request.user,
+            session_id=session_id,
+            input_tokens=data["inputTokens"],
+            output_tokens=data["outputTokens"],
+            cost=data["cost"],
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class RunOutput(serializers.Serializer):

@@ -9,15 +9,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agents_app.api.fields import ClosedSerializer, MetadataField, StrictCharField, TagsField
+from agents_app.memory_services import session_update
 from agents_app.services import agent_session_create
 from sessions_app.http import query_input
 from sessions_app.selectors import session_for_user, session_list
-from sessions_app.services import session_update_labels
-from sessions_app.stores.rules import MAX_PAGE_SIZE, MAX_POSITION
+from sessions_app.stores.rules import MAX_IDENTIFIER_LENGTH, MAX_PAGE_SIZE, MAX_POSITION
 from sessions_app.stores.types import SessionOrdering, SessionStatus
 from streams_app.services import session_delete
 
 LABELS = {"tags": "tags", "metadata": "metadata", "expiresAt": "expires_at"}
+# A session's name, model and source (`rules.check_name`).
+MAX_NAME_LENGTH = MAX_IDENTIFIER_LENGTH
 
 
 class SessionSummaryOutput(serializers.Serializer):
@@ -29,6 +31,9 @@ class SessionSummaryOutput(serializers.Serializer):
     parentSessionId = serializers.CharField(source="parent_session_id", allow_null=True)
     rootSessionId = serializers.CharField(source="root_session_id", allow_null=True)
     userId = serializers.CharField(source="user_id", allow_null=True)
+    name = serializers.CharField(allow_null=True)
+    model = serializers.CharField(allow_null=True)
+    source = serializers.CharField(allow_null=True)
     tags = TagsField()
     metadata = MetadataField()
     expiresAt = serializers.DateTimeField(source="expires_at", allow_null=True)
@@ -85,6 +90,14 @@ class SessionListView(APIView):
         tags = TagsField(required=False, default=list)
         metadata = MetadataField(required=False, default=dict)
         expiresAt = serializers.DateTimeField(required=False, allow_null=True)
+        name = StrictCharField(required=False, allow_blank=True, max_length=MAX_NAME_LENGTH)
+        model = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
+        source = StrictCharField(required=False, max_length=MAX_NAME_LENGTH)
+        parentSessionId = StrictCharField(
+            required=False,
+            max_length=MAX_IDENTIFIER_LENGTH,
+            help_text="One of the caller's sessions this one continues.",
+        )
 
     @extend_schema(
         operation_id="sessions_list", parameters=[ListInput], responses=SessionPageOutput
@@ -126,18 +139,26 @@ class SessionListView(APIView):
             tags=data["tags"],
             metadata=data["metadata"],
             expires_at=data.get("expiresAt"),
+            name=data.get("name"),
+            model=data.get("model"),
+            source=data.get("source"),
+            parent_session_id=data.get("parentSessionId"),
         )
         return Response(SessionOutput(state).data, status=status.HTTP_201_CREATED)
 
 
 class SessionDetailView(APIView):
-    """`GET` one of the caller's sessions, `PATCH` its labels, or `DELETE` it."""
+    """`GET` one of the caller's sessions, `PATCH` its name and labels, or `DELETE` it."""
 
     class PatchInput(ClosedSerializer):
-        """The labels to change: tags, metadata and expiresAt, nothing else."""
+        """What to change: name, tags, metadata and expiresAt, nothing else.
 
-        unknown_field_message = "Only tags, metadata and expiresAt can be changed."
+        A rename alone leaves the version as it is; labels bump it.
+        """
 
+        unknown_field_message = "Only name, tags, metadata and expiresAt can be changed."
+
+        name = StrictCharField(required=False, allow_blank=True, max_length=MAX_NAME_LENGTH)
         tags = TagsField(required=False)
         metadata = MetadataField(required=False)
         expiresAt = serializers.DateTimeField(required=False, allow_null=True)
@@ -151,8 +172,10 @@ class SessionDetailView(APIView):
     def patch(self, request: Request, session_id: str) -> Response:
         body = self.PatchInput(data=request.data)
         body.is_valid(raise_exception=True)
-        labels = {LABELS[name]: value for name, value in body.validated_data.items()}
-        state = session_update_labels(user=request.user, session_id=session_id, labels=labels)
+        changes = dict(body.validated_data)
+        name = changes.pop("name", None)
+        labels = {LABELS[field]: value for field, value in changes.items()}
+        state = session_update(user=request.user, session_id=session_id, labels=labels, name=name)
         return Response(SessionOutput(state).data)
 
     @extend_schema(responses={204: None})

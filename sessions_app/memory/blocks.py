@@ -41,7 +41,7 @@ class SearchProvider(ContextProvider, Protocol):
 
 
 ProviderFactory = Callable[[str, str], ContextProvider]
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def is_writable_provider(provider: object) -> bool:
@@ -74,7 +74,7 @@ class ContextBlockSpec:
     provider: ContextProvider | ProviderFactory | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.label, str) or not _LABEL.fullmatch(self.label):
+        if not isinstance(self.label, str) or not LABEL_PATTERN.fullmatch(self.label):
             raise InvalidContextBlock(
                 f"Block label {self.label!r} is not valid: use 1 to 100 letters, digits, "
                 "'.', '_' and '-', starting with a letter or digit.",

@@ -96,3 +96,26 @@ class ContextBlockTooLarge(HelixError):
         )
         self.tokens = tokens
         self.max_tokens = max_tokens
+
+
+class NoCompactor(HelixError):
+    """The session's agent configures no compactor, so its memory cannot be compacted."""
+
+    code = "no-compactor"
+    http_status = 409
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"Session {session_id!r} has no compactor: its agent's memory configures none.",
+            session_id=session_id,
+        )
+
+
+class CompactionFailed(HelixError):
+    """The compactor's model call failed; no overlay was stored."""
+
+    code = "compaction-failed"
+    http_status = 502
+
+    def __init__(self, session_id: str, problem: str) -> None:
+        super().__init__(f"Compaction failed: {problem}", session_id=session_id)

@@ -21,6 +21,8 @@ from sessions_app.usage import get_usage_store
 from sessions_app.usage.types import CustomEntry, TokenCounts, TokensEntry
 
 COST_METRIC = "cost"
+# The model usage is booked under when the session records none (a usage entry needs one).
+UNNAMED_MODEL = "unknown"
 
 
 class SessionSearchInput(ToolInput):
@@ -154,12 +156,15 @@ class SessionManager:
     def add_usage(
         self, session_id: str, input_tokens: int, output_tokens: int, cost: float = 0.0
     ) -> None:
-        """Record tokens and cost the application spent on the session outside a run."""
+        """Record tokens and cost the application spent on the session outside a run.
+
+        The tokens are booked under the session's model, or `UNNAMED_MODEL` when it has none.
+        """
         state = self.get_owned(session_id)
         entries: list = [
             TokensEntry(
                 session_id=session_id,
-                model=state.model or "",
+                model=state.model or UNNAMED_MODEL,
                 tokens=TokenCounts(prompt=input_tokens, completion=output_tokens),
             )
         ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sessions_app.memory.compaction import Compactor, compact
 from sessions_app.memory.context import ContextBlockSpec, SessionContext
+from sessions_app.memory.errors import NoCompactor
 from sessions_app.memory.tokens import (
     MessageTokenCounter,
     estimate_string_tokens,
@@ -167,11 +168,18 @@ class ConversationMemory:
 
     # Compaction
 
-    def estimate_tokens(self, leaf_id: str | None = None) -> int:
-        """Return the token count of the branch as the model gets it, system prompt included."""
+    def estimate_tokens(self, leaf_id: str | None = None, *, other_prompt: str = "") -> int:
+        """Return the token count of the branch as the model gets it, system prompt included.
+
+        `other_prompt` is what the system prompt holds beside the blocks (the agent's own).
+        """
         counter = self.config.token_counter or message_token_counter()
         prompt = self.context.system_prompt_for_estimate()
-        return counter(self.get_history(leaf_id)) + estimate_string_tokens(prompt)
+        return (
+            counter(self.get_history(leaf_id))
+            + estimate_string_tokens(prompt)
+            + estimate_string_tokens(other_prompt)
+        )
 
     def compact(self, leaf_id: str | None = None) -> Compaction | None:
         """Compact the branch ending at `leaf_id` now; return the overlay, or `None`.
@@ -179,13 +187,13 @@ class ConversationMemory:
         Refreshes the system prompt after a compaction, as the reference does.
         """
         if self.config.compactor is None:
-            raise ValueError("This session's memory has no compactor.")
+            raise NoCompactor(self.session_id)
         compaction = compact(self.store, self.session_id, self.config.compactor, leaf_id)
         if compaction is not None:
             self.context.refresh_system_prompt()
         return compaction
 
-    def compact_if_needed(self) -> AutoCompaction:
+    def compact_if_needed(self, *, other_prompt: str = "") -> AutoCompaction:
         """Compact the active branch if it passes `compact_after`; report, never raise, failure.
 
         The messages are stored before this runs, so a failed compaction loses nothing: it is
@@ -194,7 +202,7 @@ class ConversationMemory:
         threshold = self.config.compact_after
         if threshold is None:
             return AutoCompaction(tokens=0)
-        tokens = self.estimate_tokens()
+        tokens = self.estimate_tokens(other_prompt=other_prompt)
         if tokens <= threshold:
             return AutoCompaction(tokens=tokens)
         try:

@@ -2,8 +2,9 @@
 """Context blocks, searchable context entries and frozen system prompts (reference 002).
 
 Context entries are full-text searched as messages are (0006): PostgreSQL has a stored generated
-`tsvector` column (English configuration) with a GIN index; SQLite an FTS5 table of each entry's
-stems (`sessions_app.stores.search.search_text`) keyed by the entry's id, kept in step by triggers.
+`tsvector` column (English configuration) of the first 100,000 characters (`SEARCHED_LENGTH`)
+with a GIN index; SQLite an FTS5 table of each entry's stems
+(`sessions_app.stores.search.search_text`) keyed by the entry's id, kept in step by triggers.
 The model declares neither: `sessions_app.memory.providers` queries them.
 """
 
@@ -13,7 +14,7 @@ from django.db import migrations, models
 
 POSTGRES = [
     "ALTER TABLE sessions_app_contextentry ADD COLUMN search_vector tsvector "
-    "GENERATED ALWAYS AS (to_tsvector('english', content)) STORED",
+    "GENERATED ALWAYS AS (to_tsvector('english', left(content, 100000))) STORED",
     "CREATE INDEX contextentry_search ON sessions_app_contextentry USING gin (search_vector)",
 ]
 POSTGRES_REVERSE = ["ALTER TABLE sessions_app_contextentry DROP COLUMN search_vector"]

@@ -41,6 +41,9 @@ STOP_WORDS = frozenset(
     such no nor not only own same so than too very s t can will just don should now
     """.split()  # noqa: SIM905 (127 words read better as text)
 )
+# Only this many leading characters of a text are indexed: PostgreSQL's `tsvector` of a longer
+# one could pass its 1 MiB limit, and the row could not be stored (migration 0009).
+SEARCHED_LENGTH = 100_000
 # Stands where a stop word stood, so a phrase keeps its word positions; no word stems to it.
 STOP = "\u01c2"
 _STEMMER = snowballstemmer.stemmer("english")
@@ -100,7 +103,7 @@ def search_messages(
 
 def search_text(text: str) -> str:
     """Return what SQLite indexes of `text`: its words' stems, `STOP` for each stop word."""
-    words = _WORD.findall(text.lower())
+    words = _WORD.findall(text[:SEARCHED_LENGTH].lower())
     stems = iter(_STEMMER.stemWords([word for word in words if word not in STOP_WORDS]))
     return " ".join(STOP if word in STOP_WORDS else next(stems) for word in words)
 

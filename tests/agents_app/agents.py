@@ -6,6 +6,7 @@ where a test needs it (the flaky model counts its calls per run in the worker pr
 """
 
 import collections
+from types import SimpleNamespace
 
 from pydantic import BaseModel
 
@@ -22,6 +23,7 @@ from agents_app.llm.scripted import (
 from agents_app.memory import AgentMemory, CompactionSettings
 from agents_app.registry import get_registry
 from sessions_app.memory.context import ContextBlockSpec
+from sessions_app.memory.providers import DatabaseSearchProvider
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole
 from sessions_app.usage import get_usage_store
@@ -375,6 +377,28 @@ SCRIPTED_AGENTS = [
     (Agent(name="second-chance"), second_chance_script),
     # Its system prompt raises, so every attempt at its first step does.
     (Agent(name="buggy", system_prompt=lambda state: state["missing"]), sequence_script(Turn())),
+    # The memory API's: a readonly block, a small writable one, a searchable one, and compaction
+    # of all but the first and the last message, summarised by its script.
+    (
+        Agent(
+            name="librarian",
+            memory=AgentMemory(
+                context=[
+                    ContextBlockSpec(
+                        "soul", provider=SimpleNamespace(get=lambda: "You keep the library.")
+                    ),
+                    ContextBlockSpec("notes", description="Reader notes", max_tokens=20),
+                    ContextBlockSpec(
+                        "catalog", description="Books", provider=DatabaseSearchProvider
+                    ),
+                ],
+                compaction=CompactionSettings(
+                    protect_head=1, tail_token_budget=0, min_tail_messages=1
+                ),
+            ),
+        ),
+        sequence_script(Turn(text="## Topic\nThe books asked about.")),
+    ),
 ]
 
 registry = get_registry()

@@ -49,6 +49,11 @@ include-operation-id = "chat_send"
 # A new chat needs `agentType`, and the last message must be the user's: rules a JSON schema
 # cannot state, so schema-valid bodies may be refused with 400.
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409"]
+
+[[operations]]
+include-operation-id = ["sessions_context_update", "sessions_context_append_create"]
+# A block's content may not pass its maxTokens, a token estimate a JSON schema cannot state.
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 """
 
 

@@ -20,6 +20,17 @@ BODIES = {
     "sessions_abort_create": {"reason": "r"},
     "chat_submit_tool_result_create": {"toolCallId": "call-1", "result": "ok"},
     "sessions_search_retrieve": {"q": "hello"},  # A query, for a GET.
+    "sessions_conversation_append": {"messages": [{"role": "user", "content": "hi"}]},
+    "sessions_conversation_upsert": {"role": "user", "content": "hi"},
+    "sessions_conversation_delete": {"messageIds": ["m-1"]},
+    "sessions_compactions_create": {"summary": "s", "fromMessageId": "a", "toMessageId": "b"},
+    "sessions_context_add": {"label": "notes"},
+    "sessions_context_update": {"content": "c"},
+    "sessions_context_append_create": {"content": "c"},
+    "sessions_context_entries_create": {"content": "c"},
+    "sessions_context_search_retrieve": {"q": "c"},  # A query, for a GET.
+    "sessions_fork_create": {"atMessageId": "m-1"},
+    "sessions_usage_create": {"inputTokens": 1, "outputTokens": 1},
 }
 # Starting on an id nobody holds creates that session, so only the foreign id answers 404.
 CREATES_WHEN_MISSING = {"sessions_start_create"}

@@ -286,6 +286,9 @@ def test_add_usage_records_tokens_and_cost(owners):
     assert (rollup.tokens.prompt, rollup.tokens.completion) == (110, 22)
     assert rollup.tokens_by_model["gpt-x"].total == 132
     assert rollup.custom == {"cost": {"cost": 0.75}}
+    unnamed = manager.create("No model").session_id
+    manager.add_usage(unnamed, 5, 1)
+    assert get_usage_store().get_rollup(unnamed).tokens_by_model["unknown"].total == 6
 
 
 def test_search_and_its_tool_cover_all_the_owners_sessions_only(owners):

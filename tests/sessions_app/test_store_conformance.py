@@ -978,6 +978,16 @@ def test_an_owner_search_finds_every_word_in_their_sessions_only(store, searchab
     assert len(store.search_owner_messages(searchable.pk, "deployment", limit=2)) == 2
 
 
+def test_a_message_too_long_to_index_whole_is_stored_and_found_by_its_start(store, searchable):
+    words = " ".join(f"w{n:x}x" for n in range(120_000))  # Its tsvector would pass 1 MiB.
+
+    store.append_messages("notes", [user(f"zeppelin {words} albatross", id="long")])
+
+    assert store.get_message("notes", "long").content.endswith("albatross")
+    assert [hit.message_id for hit in store.search_messages("notes", "zeppelin")] == ["long"]
+    assert store.search_messages("notes", "albatross") == []
+
+
 def test_search_takes_any_text_and_follows_deletions(store, searchable):
     assert store.search_messages("ops", "") == []
     assert found(store.search_messages("ops", '"failed*" (')) == {  # Words only; no syntax.
