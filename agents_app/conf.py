@@ -36,3 +36,8 @@ def step_error_backoff_seconds(errors: int) -> float:
 def interrupt_observation_seconds() -> float:
     """Return how long `POST /api/chat/{id}/interrupt` waits for the run to stop."""
     return float(helix_setting("INTERRUPT_OBSERVATION_SECONDS", 5.0))
+
+
+def max_agent_state_bytes() -> int:
+    """Return the largest agent state a write may store, as compact JSON in UTF-8."""
+    return int(helix_setting("MAX_AGENT_STATE_BYTES", 1024 * 1024))

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from agents_app.hooks import AgentHooks
 from agents_app.memory import AgentMemory
 from agents_app.state import StateDraft, json_copy
+from agents_app.state_sync import StateSync
 from sessions_app.errors import HelixError
 
 OUTPUT_TOOL_NAME = "final_output"
@@ -181,10 +182,12 @@ class Agent:
     """An agent: its prompt, tools, optional output schema, initial state and limits.
 
     `system_prompt` is text or a function of the custom state; `initial_state` is a dict or a
-    function returning one; `llm` is free-form adapter configuration (model, temperature, ...).
-    With `persistent_agents` (agent types), the agent also gets the companion tools that spawn,
-    message, watch and stop persistent children of those types (`agents_app.companions`). With
-    `memory`, it gets context blocks, their tools and compaction (`agents_app.memory`).
+    function returning one (without one the agent has no state, `None`, until one is set);
+    `state_sync` says how clients share the state (`agents_app.state_sync`); `llm` is
+    free-form adapter configuration (model, temperature, ...). With `persistent_agents` (agent
+    types), the agent also gets the companion tools that spawn, message, watch and stop
+    persistent children of those types (`agents_app.companions`). With `memory`, it gets
+    context blocks, their tools and compaction (`agents_app.memory`).
     """
 
     name: str
@@ -192,12 +195,13 @@ class Agent:
     system_prompt: str | Callable[[dict[str, Any]], str] = ""
     tools: list[Tool] = field(default_factory=list)
     output_schema: type[BaseModel] | None = None
-    initial_state: dict[str, Any] | Callable[[], dict[str, Any]] = field(default_factory=dict)
+    initial_state: dict[str, Any] | Callable[[], dict[str, Any]] | None = None
     max_steps: int = 10
     llm: dict[str, Any] = field(default_factory=dict)
     hooks: AgentHooks | None = None
     persistent_agents: tuple[str, ...] = ()
     memory: AgentMemory | None = None
+    state_sync: StateSync = field(default_factory=StateSync)
     _output_tool: Tool | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -215,7 +219,9 @@ class Agent:
             raise InvalidDefinition(f"{where}: hooks must be an AgentHooks.")
         if self.memory is not None and not isinstance(self.memory, AgentMemory):
             raise InvalidDefinition(f"{where}: memory must be an AgentMemory.")
-        if not callable(self.initial_state):
+        if not isinstance(self.state_sync, StateSync):
+            raise InvalidDefinition(f"{where}: state_sync must be a StateSync.")
+        if self.initial_state is not None and not callable(self.initial_state):
             if not isinstance(self.initial_state, Mapping):
                 raise InvalidDefinition(f"{where}: initial_state must be a dict or a function.")
             try:
@@ -255,8 +261,10 @@ class Agent:
             )
         return rendered
 
-    def make_initial_state(self) -> dict[str, Any]:
-        """Return a fresh copy of the initial custom state, in JSON form."""
+    def make_initial_state(self) -> dict[str, Any] | None:
+        """Return a fresh copy of the initial custom state, in JSON form; `None` without one."""
+        if self.initial_state is None:
+            return None
         initial = self.initial_state() if callable(self.initial_state) else self.initial_state
         if not isinstance(initial, Mapping):
             raise TypeError(

@@ -29,6 +29,7 @@ from typing import Any
 from django.db import transaction
 
 from agents_app import companions, conf, launch, subagents
+from agents_app.agent_state import AgentState, broadcast_state
 from agents_app.definitions import OUTPUT_TOOL_NAME, Agent, ToolInputInvalid
 from agents_app.hooks import CompleteContext, call_hook
 from agents_app.llm.base import (
@@ -657,7 +658,7 @@ class _Attempt:
         with transaction.atomic():
             if changes:
                 self.store.stage_changes(self.session_id, self.step_id, changes)
-            self.store.save_state_and_promote_staging(
+            committed = self.store.save_state_and_promote_staging(
                 self.session_id,
                 state,
                 messages,
@@ -671,6 +672,9 @@ class _Attempt:
                 release_lease_of=self.holder,
             )
             get_usage_store().record_entries(self._usage(reply, outcomes))
+            if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
+                stored = AgentState(state=custom_state, version=committed.new_version)
+                transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
 
     def _usage(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""

@@ -12,6 +12,7 @@ imported once, and what it registered then is put back whenever it is named agai
 """
 
 import importlib
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,19 @@ class AgentNotFound(HelixError):
         )
         self.agent_type = agent_type
         self.available_types = available_types
+
+
+def kebab_case(name: str) -> str:
+    """Return `name` as the kebab-case agent name of client URLs (`GameAgent` -> `game-agent`).
+
+    The same rule as the reference's clients and router use: a name all in capitals is only
+    lower-cased; otherwise each capital starts a new word (`HTTPAgent` -> `h-t-t-p-agent`).
+    Underscores become hyphens.
+    """
+    if name.upper() == name and name.lower() != name:
+        return name.lower().replace("_", "-")
+    kebab = re.sub("[A-Z]", lambda capital: "-" + capital.group().lower(), name)
+    return kebab.removeprefix("-").replace("_", "-").removesuffix("-")
 
 
 class AgentAlreadyRegistered(ValueError):
@@ -146,6 +160,17 @@ class AgentRegistry:
             agent = self._agents.pop(agent_type, None)
             factory = self._factories.pop(agent_type, None)
             return agent is not None or factory is not None
+
+    def find_by_kebab(self, kebab: str) -> str | None:
+        """Return the registered type whose `kebab_case` is `kebab`, or None.
+
+        A type named `kebab` itself wins; among others that match, the first in sorted order.
+        Only kebab-case names are found: `GameAgent` is found as `game-agent`, never as itself.
+        """
+        types = self.registered_types()
+        if kebab in types and kebab_case(kebab) == kebab:
+            return kebab
+        return next((agent_type for agent_type in types if kebab_case(agent_type) == kebab), None)
 
     def registered_types(self) -> list[str]:
         """Return every registered type, sorted."""

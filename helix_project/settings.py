@@ -267,6 +267,7 @@ HELIX = {
     # Starting a run while one runs: "reject" (409), "enqueue" (it begins when the running one
     # ends) or "interrupt" (enqueue, and interrupt the running one).
     "RUN_CONCURRENCY": env.str("HELIX_RUN_CONCURRENCY", default="reject"),
+    "MAX_AGENT_STATE_BYTES": env.int("HELIX_MAX_AGENT_STATE_BYTES", default=1024 * 1024),
     # Modules that register agents when imported.
     "AGENTS": env.list("HELIX_AGENTS", default=["agents_app.demo"]),
     # The model adapter; an agent's own `llm` settings are merged over OPTIONS.

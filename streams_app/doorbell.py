@@ -47,7 +47,11 @@ class _Bell:
 
     def ring(self, stream_id: str, notice: dict[str, Any]) -> None:
         """Send a notice to the stream's readers without waiting for it to go out."""
-        asyncio.run_coroutine_threadsafe(send(stream_id, notice), self._loop())
+        self.ring_group(stream_group(stream_id), notice, f"readers of stream {stream_id}")
+
+    def ring_group(self, group: str, message: dict[str, Any], receivers: str) -> None:
+        """Send a message to a channel-layer group without waiting for it to go out."""
+        asyncio.run_coroutine_threadsafe(send_group(group, message, receivers), self._loop())
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         home = self._home
@@ -67,10 +71,18 @@ bell = _Bell()
 
 async def send(stream_id: str, notice: dict[str, Any]) -> None:
     """Send a notice to the stream's readers now; log and swallow layer failures."""
+    await send_group(stream_group(stream_id), notice, f"readers of stream {stream_id}")
+
+
+async def send_group(group: str, message: dict[str, Any], receivers: str) -> None:
+    """Send a message to a channel-layer group now; log and swallow layer failures.
+
+    `receivers` names the group's members in the log.
+    """
     try:
-        await get_channel_layer().group_send(stream_group(stream_id), notice)
+        await get_channel_layer().group_send(group, message)
     except LAYER_ERRORS:
-        logger.warning("Could not notify readers of stream %s", stream_id, exc_info=True)
+        logger.warning("Could not notify %s", receivers, exc_info=True)
 
 
 class ChannelSubscription(Subscription):

@@ -180,6 +180,20 @@ class SessionStateStore(abc.ABC):
         """Apply replace/append/delete ops to the custom state; return warnings and version."""
 
     @abc.abstractmethod
+    def set_custom_state(
+        self,
+        session_id: str,
+        custom_state: dict[str, Any] | None,
+        *,
+        expected_version: int | None = None,
+    ) -> int:
+        """Replace the custom state (the agent's live state) whole; return the new version.
+
+        Raises `SessionBusy` while a step holds the session's lease (its commit would undo the
+        write), and `VersionConflict` for a stale `expected_version`.
+        """
+
+    @abc.abstractmethod
     def update_status(self, session_id: str, status: SessionStatus) -> int:
         """Set the status; return the new version."""
 
@@ -540,6 +554,7 @@ class SessionStateStore(abc.ABC):
     asave_state_and_promote_staging = async_twin(save_state_and_promote_staging)
     aappend_messages = async_twin(append_messages)
     amerge_custom_state = async_twin(merge_custom_state)
+    aset_custom_state = async_twin(set_custom_state)
     aupdate_status = async_twin(update_status)
     aincrement_step_count = async_twin(increment_step_count)
     acompare_and_set_status = async_twin(compare_and_set_status)

@@ -280,6 +280,22 @@ class InMemorySessionStateStore(SessionStateStore):
             new_version = self._write_state(stored, custom_state=_json(custom_state))
         return MergeResult(warnings=warnings, new_version=new_version)
 
+    def set_custom_state(
+        self,
+        session_id: str,
+        custom_state: dict[str, Any] | None,
+        *,
+        expected_version: int | None = None,
+    ) -> int:
+        custom_state = _json(custom_state)
+        with self._lock:
+            holder, expires_at = self._leases.get(session_id, ("", None))
+            stored = self._get(session_id)
+            if rules.lease_is_live(holder, expires_at, timezone.now()):
+                raise SessionBusy(session_id)
+            self._checked(session_id, expected_version)
+            return self._write_state(stored, custom_state=custom_state)
+
     def update_status(self, session_id: str, status: SessionStatus) -> int:
         status = SessionStatus(status)
         with self._lock:

@@ -290,6 +290,22 @@ class ORMSessionStateStore(SessionStateStore):
             new_version = _write_state(session_id, locked["version"], custom_state=custom_state)
         return MergeResult(warnings=warnings, new_version=new_version)
 
+    def set_custom_state(
+        self,
+        session_id: str,
+        custom_state: dict[str, Any] | None,
+        *,
+        expected_version: int | None = None,
+    ) -> int:
+        with transaction.atomic():
+            locked = _lock(session_id, "version", "lease_holder", "lease_expires_at")
+            if rules.lease_is_live(
+                locked["lease_holder"], locked["lease_expires_at"], timezone.now()
+            ):
+                raise SessionBusy(session_id)
+            _check_version(session_id, expected_version, locked["version"])
+            return _write_state(session_id, locked["version"], custom_state=custom_state)
+
     def update_status(self, session_id: str, status: SessionStatus) -> int:
         status = SessionStatus(status)
         with transaction.atomic():

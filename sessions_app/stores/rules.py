@@ -167,15 +167,19 @@ def checkpoint_snapshot(
 
 def apply_merge_ops(
     custom_state: dict[str, Any] | None, writes: StepWrites
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any] | None, list[str]]:
     """Return the custom state after `writes`, and the warnings raised on the way.
+
+    A state that is `None` (an agent that has none) stays `None` unless something is written.
 
     `replace` sets a key (last writer wins), `append` extends a list (creating it if the key is
     absent), `delete` removes a key. Appending to a key that holds something other than a list
     is skipped with a warning rather than destroying either value.
     """
-    state = dict(custom_state or {})
     warnings = list(writes.warnings)
+    if custom_state is None and not writes.ops:
+        return None, warnings
+    state = dict(custom_state or {})
     for op in writes.ops:
         match op:
             case ReplaceOp():

@@ -286,7 +286,9 @@ def test_an_agent_has_the_documented_defaults():
     assert agent.llm == {}
     assert agent.hooks is None
     assert agent.render_system_prompt({}) == ""
-    assert agent.make_initial_state() == {}
+    assert agent.make_initial_state() is None  # No state until one is set (reference 004).
+    assert agent.state_sync.callables == ()
+    assert agent.memory is None
 
 
 def test_an_agents_tool_list_is_its_own():

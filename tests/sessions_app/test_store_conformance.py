@@ -693,6 +693,47 @@ def test_message_reads_of_missing_session_raise(store):
         store.get_message_count("nope")
 
 
+# Live agent state
+
+
+def test_set_custom_state_replaces_the_state_whole_and_bumps_the_version(store, session_id):
+    store.merge_custom_state(session_id, StepWrites(ops=[ReplaceOp(key="old", value=1)]))
+    version = store.load_state(session_id).version
+
+    new_version = store.set_custom_state(session_id, {"players": ["ada"]})
+
+    state = store.load_state(session_id)
+    assert (state.custom_state, state.version, new_version) == (
+        {"players": ["ada"]},
+        version + 1,
+        version + 1,
+    )
+    assert store.set_custom_state(session_id, None, expected_version=new_version) == version + 2
+    assert store.load_state(session_id).custom_state is None
+
+
+def test_set_custom_state_refuses_a_stale_version_and_a_running_step(store, session_id):
+    version = store.load_state(session_id).version
+    with pytest.raises(VersionConflict):
+        store.set_custom_state(session_id, {"a": 1}, expected_version=version - 1)
+    store.acquire_lease(session_id, "worker-1", 30)
+    with pytest.raises(SessionBusy):
+        store.set_custom_state(session_id, {"a": 1})
+    store.release_lease(session_id, "worker-1")
+    store.set_custom_state(session_id, {"a": 2})
+    assert store.load_state(session_id).custom_state == {"a": 2}
+    with pytest.raises(SessionNotFound):
+        store.set_custom_state("nope", {})
+
+
+def test_set_custom_state_keeps_no_live_reference(store, session_id):
+    mine = {"nested": {"n": 1}}
+    store.set_custom_state(session_id, mine)
+    mine["nested"]["n"] = 2
+
+    assert store.load_state(session_id).custom_state == {"nested": {"n": 1}}
+
+
 # Message tree
 
 
