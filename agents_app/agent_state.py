@@ -108,14 +108,14 @@ def set_agent_state(
         except Exception as error:  # Any refusal rejects; the reason is only logged.
             logger.info("State of %s rejected: %s", session_id, error)
             raise StateRejected(session_id) from error
-    with transaction.atomic():
-        version = get_session_store().set_custom_state(
-            session_id, state, expected_version=expected_version
-        )
-        stored = AgentState(state=state, version=version)
-        exclude = source.id if isinstance(source, Connection) else None
-        transaction.on_commit(lambda: broadcast_state(session_id, stored, exclude=exclude))
-        transaction.on_commit(lambda: _on_state_update(agent, session_id, stored, source))
+    version = get_session_store().set_custom_state(
+        session_id, state, expected_version=expected_version
+    )
+    stored = AgentState(state=state, version=version)
+    exclude = source.id if isinstance(source, Connection) else None
+    # At once, or when the caller's transaction commits.
+    transaction.on_commit(lambda: broadcast_state(session_id, stored, exclude=exclude))
+    transaction.on_commit(lambda: _on_state_update(agent, session_id, stored, source))
     return stored
 
 

@@ -7,11 +7,12 @@ writes. A client writes the whole state with `cf_agent_state` and calls the agen
 methods with `rpc`. Anything else it sends is ignored, as the reference does.
 
 The channel layer only rings: a write is stored first, and a ring carries the stored state
-and its version. A client is never sent a version older than one it already has, and is not
-sent its own write back, unless it was sent another state since it connected: a frame of that
-state may reach it after it sent its write, so it gets its write back to end on the stored
-state. Refused connections (unknown agent, invalid name, another user's session, a user the
-agent does not admit) are closed before the handshake completes, all alike.
+and its version; one listener per session and process hands it to the session's sockets here
+(`agents_app.state_fanout`). A client is never sent a version older than one it already has,
+and is not sent its own write back, unless it was sent another state since it connected: a
+frame of that state may reach it after it sent its write, so it gets its write back to end on
+the stored state. Refused connections (unknown agent, invalid name, another user's session, a
+user the agent does not admit) are closed before the handshake completes, all alike.
 """
 
 import asyncio
@@ -27,14 +28,15 @@ from autobahn.exception import Disconnected  # What Daphne raises on sending to 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from agents_app.agent_state import set_agent_state, state_group
+from agents_app import state_fanout
+from agents_app.agent_state import set_agent_state
 from agents_app.errors import AgentTypeMismatch
 from agents_app.registry import AgentNotFound
 from agents_app.state import json_copy
 from agents_app.state_sessions import OpenedStateSession, SessionRpcContext, astate_session_open
 from agents_app.state_sync import is_streaming
 from sessions_app.errors import HelixError, SessionNotFound
-from streams_app.doorbell import LAYER_ERRORS, bell
+from streams_app.doorbell import bell
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ REFUSED = (AgentNotFound, SessionNotFound, AgentTypeMismatch)
 
 class AgentStateConsumer(AsyncJsonWebsocketConsumer):
     opened: OpenedStateSession | None = None
-    group: str | None = None
+    followed: str | None = None
 
     async def connect(self) -> None:
         """Admit the client, send identity, state and MCP servers, then follow the state."""
@@ -54,9 +56,11 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
         self.calls: set[asyncio.Task] = set()
         self.known_version = 0  # The newest version the client has sent or been sent.
         self.sent_others = False  # Whether it was sent a state since the connect frames.
+        self.pending: tuple[dict[str, Any], str] | None = None  # A ring before the state.
         kwargs = self.scope["url_route"]["kwargs"]
-        # Joined before the state is read, so that no write falls between the two.
-        await self._join(state_group(kwargs["name"]))
+        # Followed before the state is read, so that no write falls between the two.
+        self.followed = kwargs["name"]
+        await state_fanout.follow(self.followed, self)
         try:
             opened = await astate_session_open(
                 user=self.scope["user"],
@@ -65,7 +69,7 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
                 connection_id=self._connection_id(),
             )
         except REFUSED:
-            await self._leave()
+            await self._unfollow()
             await self.close()  # Before accept: the handshake is refused, the same for all.
             return
         self.opened = opened
@@ -81,6 +85,8 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
         if opened.state.state is not None:
             await self.send_json({"type": "cf_agent_state", "state": opened.state.state})
         await self.send_json({"type": "cf_agent_mcp_servers", "mcp": NO_MCP_SERVERS})
+        if self.pending is not None:
+            await self.deliver(*self.pending)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Decode a JSON text frame; ignore binary frames and text that is not JSON."""
@@ -105,15 +111,20 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
             self.calls.add(call)
             call.add_done_callback(self.calls.discard)
 
-    async def agent_state(self, message: dict[str, Any]) -> None:
-        """Pass a stored state on to the client, unless it wrote it or has a newer one."""
-        if self.opened is None or message["exclude"] == self.opened.connection.id:
+    async def deliver(self, message: dict[str, Any], frame: str) -> None:
+        """Send a rung state's frame on, unless the client wrote it or has a newer one."""
+        if self.opened is None:  # Still connecting: the newest ring waits for the state.
+            if self.pending is None or message["version"] > self.pending[0]["version"]:
+                self.pending = (message, frame)
+            return
+        if message["exclude"] == self.opened.connection.id:
             return
         if message["version"] <= self.known_version:
             return
         self.known_version = message["version"]
         self.sent_others = True
-        await self.send_json({"type": "cf_agent_state", "state": message["state"]})
+        with contextlib.suppress(Disconnected):  # The client left; `disconnect` cleans up.
+            await self.send(text_data=frame)
 
     async def disconnect(self, code: int) -> None:
         """Stop the client's calls and stop following the state."""
@@ -121,7 +132,7 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
             call.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await call
-        await self._leave()
+        await self._unfollow()
 
     async def send_json(self, content: Any, close: bool = False) -> None:
         with contextlib.suppress(Disconnected):  # The client left; `disconnect` cleans up.
@@ -197,19 +208,10 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
             reply = {"type": "rpc", "id": call_id, "success": True, "result": result, "done": done}
         await self.send_json(reply)
 
-    async def _join(self, group: str) -> None:
-        try:
-            await self.channel_layer.group_add(group, self.channel_name)
-        except LAYER_ERRORS:
-            logger.warning("No live state for %s: the channel layer failed", group, exc_info=True)
-            return
-        self.group = group
-
-    async def _leave(self) -> None:
-        if self.group is not None:
-            with contextlib.suppress(*LAYER_ERRORS):
-                await self.channel_layer.group_discard(self.group, self.channel_name)
-            self.group = None
+    async def _unfollow(self) -> None:
+        if self.followed is not None:
+            await state_fanout.unfollow(self.followed, self)
+            self.followed = None
 
     def _connection_id(self) -> str:
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))

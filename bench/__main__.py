@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import memory, steps, stores, streams
+    from bench import memory, state, steps, stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -79,7 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # The debug cursor records every query; time the one production uses.
         with override_settings(DEBUG=False):
-            modules = {"stores": stores, "streams": streams, "steps": steps, "memory": memory}
+            modules = {
+                "stores": stores,
+                "streams": streams,
+                "state": state,
+                "steps": steps,
+                "memory": memory,
+            }
             for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
                 # Closing a generator cut short by a failure or SIGTERM stops what it started.
@@ -105,7 +111,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse the command line."""
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Compare Helix's stores, streams and memory reads with raw psycopg and Redis.",
+        description=(
+            "Compare Helix's stores, streams, live state and memory reads with raw psycopg "
+            "and Redis."
+        ),
     )
     parser.add_argument(
         "--iterations",
@@ -119,7 +128,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("stores", "streams", "steps", "memory"),
+        choices=("stores", "streams", "state", "steps", "memory"),
         help="run only this benchmark (repeatable); all by default",
     )
     parser.add_argument(
@@ -128,14 +137,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--deliveries",
         type=_at_least_two,
-        help=f"timed stream writes per delivery side (default {DEFAULT_DELIVERIES}, "
-        f"{QUICK_DELIVERIES} with --quick)",
+        help="timed stream writes per delivery side, and state rounds per state side "
+        f"(default {DEFAULT_DELIVERIES}, {QUICK_DELIVERIES} with --quick)",
     )
     parser.add_argument(
         "--pause-ms",
         type=float,
         default=DEFAULT_PAUSE_MS,
-        help="pause after each delivered stream write (default %(default)g)",
+        help="pause after each delivered stream or state write (default %(default)g)",
     )
     parser.add_argument(
         "--history-messages",

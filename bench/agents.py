@@ -1,7 +1,9 @@
-"""The agent the steps benchmark runs: each run takes `STEPS_PER_RUN` steps of the scripted model.
+"""The benchmarks' agents; the workers and Daphne processes import this module (`HELIX_AGENTS`).
 
-Every step but the last streams a short sentence and calls one tool that writes the state; the
-last one answers, which completes the run. The workers import this module (`HELIX_AGENTS`).
+The steps benchmark runs `bench-stepper`: each run takes `STEPS_PER_RUN` steps of the scripted
+model, every one but the last streaming a short sentence and calling one tool that writes the
+state; the last one answers, which completes the run. The state benchmark writes the state of
+`bench-state` to its signed-in clients.
 """
 
 from pydantic import BaseModel
@@ -9,8 +11,10 @@ from pydantic import BaseModel
 from agents_app.definitions import Agent, Tool
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, turn_step
 from agents_app.registry import get_registry
+from agents_app.state_sync import StateSync
 
 AGENT_TYPE = "bench-stepper"
+STATE_AGENT_TYPE = "bench-state"
 STEPS_PER_RUN = 10
 
 
@@ -43,5 +47,14 @@ stepper = Agent(
     max_steps=STEPS_PER_RUN,
 )
 
+# Its clients follow the state; only the server writes it.
+board = Agent(
+    name=STATE_AGENT_TYPE,
+    description="Holds the state the benchmark writes to its clients.",
+    initial_state={"round": 0},
+    state_sync=StateSync(readonly_connection=lambda connection: True),
+)
+
 get_registry().register(stepper)
+get_registry().register(board)
 register_script(AGENT_TYPE, script)

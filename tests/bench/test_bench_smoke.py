@@ -70,6 +70,17 @@ def test_quick_memory_bench_finds_what_raw_sql_finds_and_prints_ratios() -> None
     assert len(re.findall(VALUE_ROW.format(metric="p50 ms"), result.stdout, re.M)) == 2
 
 
+@pytest.mark.postgres
+def test_quick_state_bench_delivers_every_round_once_and_prints_ratios() -> None:
+    result = _quick_bench("state")
+    assert "set_agent_state to 10 WebSocket clients, call start to arrival " in result.stdout
+    # The run stops unless every client got every round once, in order, then the last write.
+    assert "every client of every side received all 12 rounds' states once" in result.stdout
+    for metric in ("p50 ms", "p99 ms"):
+        rows = re.findall(RATIO_ROW.format(metric=metric), result.stdout, re.M)
+        assert len(rows) == 1, result.stdout
+
+
 def _quick_bench(*parts: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m bench --quick` on the given parts; fail unless it exits 0."""
     result = subprocess.run(
