@@ -18,7 +18,7 @@ from django.db import transaction
 
 from agents_app import conf
 from agents_app.definitions import Agent
-from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.registry import session_agent
 from agents_app.state import json_copy
 from agents_app.state_sync import SERVER, Connection, StateSource
 from sessions_app.errors import HelixError, SessionBusy, SessionNotFound, VersionConflict
@@ -73,7 +73,7 @@ def agent_state_get(session_id: str) -> AgentState:
     store = get_session_store()
     session = _load(session_id)
     if session.custom_state is None:
-        initial = _agent(session).make_initial_state()
+        initial = session_agent(session).make_initial_state()
         if initial is not None:
             try:
                 version = store.set_custom_state(
@@ -99,7 +99,7 @@ def set_agent_state(
     stale `expected_version`; nothing is written then.
     """
     session = _load(session_id)
-    agent = _agent(session)
+    agent = session_agent(session)
     state = _checked(session_id, state)
     validate = agent.state_sync.validate_state_change
     if validate is not None:
@@ -156,7 +156,7 @@ def merge_agent_state(session_id: str, partial: dict[str, Any]) -> AgentState:
 
 def reset_agent_state(session_id: str) -> AgentState:
     """Put the agent's state back to its `initial_state` (`None` without one), as the server."""
-    return set_agent_state(session_id, _agent(_load(session_id)).make_initial_state())
+    return set_agent_state(session_id, session_agent(_load(session_id)).make_initial_state())
 
 
 def _load(session_id: str) -> SessionState:
@@ -164,13 +164,6 @@ def _load(session_id: str) -> SessionState:
     if session is None:
         raise SessionNotFound(session_id)
     return session
-
-
-def _agent(session: SessionState) -> Agent:
-    return get_registry().resolve(
-        session.agent_type,
-        AgentFactoryContext(session_id=session.session_id, run_id="", user_id=session.user_id),
-    )
 
 
 def _checked(session_id: str, state: Any) -> dict[str, Any] | None:

@@ -264,10 +264,10 @@ class _Attempt:
 
     def _call_model(self, writer: StreamWriter, watch: StepWatch) -> _Reply:
         """Stream the model's reply to the stream, retrying retryable errors with backoff."""
-        self._compact(writer)
+        measured = self._compact(writer)
         request = LLMRequest(
             system=self._system_prompt(),
-            messages=self._history(),
+            messages=self._history(measured),
             tools=[
                 ToolSpec(tool.name, tool.description, tool.json_schema())
                 for tool in self.tools.values()
@@ -321,24 +321,35 @@ class _Attempt:
             return own
         return "\n\n".join(part for part in (own, self.memory.freeze_system_prompt()) if part)
 
-    def _compact(self, writer: StreamWriter) -> None:
-        """Compact the branch if it is past the agent's `compact_after`; report a failure."""
+    def _compact(self, writer: StreamWriter) -> list[Message] | None:
+        """Compact the branch if it is past the agent's `compact_after`; report a failure.
+
+        Return the active branch if measuring it read it and nothing changed it since.
+        """
         if self.memory is None:
-            return
+            return None
         own_prompt = self.agent.render_system_prompt(self.state.custom_state or {})
-        failure = self.memory.compact_if_needed(other_prompt=own_prompt).error
-        if failure is not None:
+        result = self.memory.compact_if_needed(other_prompt=own_prompt)
+        if result.error is not None:
             writer.write(
-                self._chunk(chunks.Error, error=failure, code="compaction-failed", recoverable=True)
+                self._chunk(
+                    chunks.Error, error=result.error, code="compaction-failed", recoverable=True
+                )
             )
+        return result.history
 
     def _stop_model(self) -> None:
         if self.llm_stream is not None:
             self.llm_stream.close()
 
-    def _history(self) -> list[Message]:
-        """Return the active branch, or, in a run's first step, the branch it starts from."""
-        return self.store.get_history(self.session_id, self.branch_from) + self._drained_messages()
+    def _history(self, active: list[Message] | None) -> list[Message]:
+        """Return the active branch, or, in a run's first step, the branch it starts from.
+
+        `active` is the active branch when the step has read it already.
+        """
+        if active is None or self.branch_from is not None:
+            active = self.store.get_history(self.session_id, self.branch_from)
+        return active + self._drained_messages()
 
     def _drained_messages(self) -> list[Message]:
         return [_tool_message(o.call, o.result) for o in self.drained]

@@ -26,6 +26,7 @@ from django.dispatch import receiver
 from agents_app.definitions import NAME_PATTERN, Agent, InvalidDefinition
 from sessions_app.conf import helix_setting
 from sessions_app.errors import HelixError
+from sessions_app.stores.types import SessionState
 
 
 class AgentNotFound(HelixError):
@@ -277,6 +278,14 @@ def _import(name: str) -> None:
 
 _default = AgentRegistry()
 _discovery = _Discovery(_default)
+
+
+def session_agent(session: SessionState) -> Agent:
+    """Return the agent of `session`, built for it outside a run."""
+    return get_registry().resolve(
+        session.agent_type,
+        AgentFactoryContext(session_id=session.session_id, run_id="", user_id=session.user_id),
+    )
 
 
 def get_registry() -> AgentRegistry:

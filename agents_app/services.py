@@ -20,7 +20,7 @@ from agents_app.errors import AgentTypeMismatch, InvalidResume, RunNotActive
 from agents_app.hooks import AgentHooks
 from agents_app.inputs import input_messages
 from agents_app.launch import StartedRun, begin_run
-from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.registry import AgentFactoryContext, get_registry, session_agent
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
@@ -310,7 +310,4 @@ def _announce_resume(state: SessionState, run_id: str, previous_run_id: str | No
 
 def _hooks(state: SessionState) -> AgentHooks:
     """Return the hooks of the session's agent (none if it has none)."""
-    agent = get_registry().resolve(
-        state.agent_type, AgentFactoryContext(session_id=state.session_id, run_id="")
-    )
-    return agent.hooks or AgentHooks()
+    return session_agent(state).hooks or AgentHooks()

@@ -2,10 +2,10 @@
 
 from collections.abc import Callable
 
-from agents_app.definitions import Agent, Tool, ToolContext
+from agents_app.definitions import Tool, ToolContext
 from agents_app.llm.base import AdapterContext, LLMRequest, TextDelta, build_adapter
 from agents_app.memory import AgentMemory
-from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.registry import AgentFactoryContext, get_registry, session_agent
 from sessions_app.memory.manager import SessionManager
 from sessions_app.memory.session import ConversationMemory, MemoryConfig
 from sessions_app.memory.tools import MemoryTool
@@ -22,14 +22,14 @@ def session_memory(
 
 def memory_of(state: SessionState) -> ConversationMemory:
     """Return the memory of the session `state` outside a run, as its agent configures it."""
-    agent = _agent(state.agent_type, state.session_id, state.user_id)
+    agent = session_agent(state)
     context = AdapterContext(session_id=state.session_id, agent_type=state.agent_type, run_id="")
     return session_memory(agent.memory or AgentMemory(), state, context, agent.llm)
 
 
 def memory_manager(agent_type: str, owner_id: int | None) -> SessionManager:
     """Return the session manager of `owner_id`'s sessions of `agent_type`."""
-    agent = _agent(agent_type, "", None)
+    agent = get_registry().resolve(agent_type, AgentFactoryContext(session_id="", run_id=""))
     context = AdapterContext(session_id="", agent_type=agent_type, run_id="")
     memory = agent.memory or AgentMemory()
     return SessionManager(
@@ -50,12 +50,6 @@ def memory_tools(
         )
         tools += manager.tools()
     return [_runtime_tool(tool) for tool in tools]
-
-
-def _agent(agent_type: str, session_id: str, user_id: str | None) -> Agent:
-    return get_registry().resolve(
-        agent_type, AgentFactoryContext(session_id=session_id, run_id="", user_id=user_id)
-    )
 
 
 def _summarizer(adapter_context: AdapterContext, llm_config: dict) -> Callable[[str], str]:

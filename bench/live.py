@@ -199,30 +199,38 @@ async def _within(event: asyncio.Event, progress: str) -> None:
         raise RuntimeError(f"After {DELIVERY_TIMEOUT:.0f} s only {progress}.") from None
 
 
-async def websocket_subscriber(
-    server: Server, cookie: str, session_id: str, fanout: Fanout, received: Received
-) -> None:
-    """Follow a session's stream over WebSocket, as a browser would, until its last event.
+async def connect_websocket(server: Server, url: str, cookie: str) -> Any:
+    """Open a signed-in browser's WebSocket to `url`, trying the handshake again if it fails.
 
-    A browser whose handshake fails tries again; so does this one. Daphne drops a handshake its
-    consumer has not accepted within 5 s, which a loaded machine connecting 100 clients at once
-    can reach; the stream's replay means a late subscriber misses nothing.
+    Daphne drops a handshake its consumer has not accepted within 5 s, which a loaded machine
+    connecting 100 clients at once can reach.
     """
-    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+    attempt = 1
+    while True:
         try:
-            connection = await websockets.connect(
-                server.websocket_url(session_id),
+            return await websockets.connect(
+                url,
                 origin=websockets.Origin(server.origin),
                 additional_headers={"Cookie": cookie},
                 proxy=None,
                 max_size=None,
                 open_timeout=DELIVERY_TIMEOUT,
             )
-            break
         except (websockets.InvalidHandshake, OSError):
             if attempt == CONNECT_ATTEMPTS:
                 raise
             await asyncio.sleep(0.5 * attempt)
+            attempt += 1
+
+
+async def websocket_subscriber(
+    server: Server, cookie: str, session_id: str, fanout: Fanout, received: Received
+) -> None:
+    """Follow a session's stream over WebSocket, as a browser would, until its last event.
+
+    The stream's replay means a subscriber whose handshake had to be tried again misses nothing.
+    """
+    connection = await connect_websocket(server, server.websocket_url(session_id), cookie)
     async with connection:
         async for message in connection:
             arrival = time.perf_counter_ns()

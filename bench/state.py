@@ -25,7 +25,6 @@ from typing import Any
 
 import psycopg
 import redis
-import websockets
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, connections
@@ -38,11 +37,10 @@ from agents_app.routing import state_socket_path
 from bench.agents import STATE_AGENT_TYPE, board
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.live import (
-    CONNECT_ATTEMPTS,
-    DELIVERY_TIMEOUT,
     Fanout,
     Received,
     Server,
+    connect_websocket,
     daphne,
     redis_subscriber,
 )
@@ -232,26 +230,11 @@ async def _state_client(
 ) -> None:
     """Follow the agent's state over its WebSocket, as a signed-in browser would, to the last.
 
-    A client whose handshake fails tries again, as `bench.live.websocket_subscriber` does. It
-    joins once it has the connect frames: identity, the initial state and the MCP servers.
+    It joins once it has the connect frames: identity, the initial state and the MCP servers.
     """
     path = state_socket_path(STATE_AGENT_TYPE, session_id)
     url = f"ws://127.0.0.1:{server.port}{path}?_pk=bench-{uuid.uuid4().hex}"
-    for attempt in range(1, CONNECT_ATTEMPTS + 1):
-        try:
-            socket = await websockets.connect(
-                url,
-                origin=websockets.Origin(server.origin),
-                additional_headers={"Cookie": cookie},
-                proxy=None,
-                max_size=None,
-                open_timeout=DELIVERY_TIMEOUT,
-            )
-            break
-        except (websockets.InvalidHandshake, OSError):
-            if attempt == CONNECT_ATTEMPTS:
-                raise
-            await asyncio.sleep(0.5 * attempt)
+    socket = await connect_websocket(server, url, cookie)
     async with socket:
         greeting = [json.loads(await socket.recv()) for _ in range(3)]
         expected = [

@@ -67,6 +67,9 @@ class AutoCompaction:
     tokens: int
     compaction: Compaction | None = None
     error: str | None = None
+    # The active branch as measured, when no compaction changed it since: a caller about to
+    # read it again can use this instead.
+    history: list[Message] | None = None
 
 
 class ConversationMemory:
@@ -173,12 +176,13 @@ class ConversationMemory:
 
         `other_prompt` is what the system prompt holds beside the blocks (the agent's own).
         """
+        return self._count(self.get_history(leaf_id), other_prompt)
+
+    def _count(self, history: list[Message], other_prompt: str) -> int:
         counter = self.config.token_counter or message_token_counter()
         prompt = self.context.system_prompt_for_estimate()
         return (
-            counter(self.get_history(leaf_id))
-            + estimate_string_tokens(prompt)
-            + estimate_string_tokens(other_prompt)
+            counter(history) + estimate_string_tokens(prompt) + estimate_string_tokens(other_prompt)
         )
 
     def compact(self, leaf_id: str | None = None) -> Compaction | None:
@@ -202,15 +206,18 @@ class ConversationMemory:
         threshold = self.config.compact_after
         if threshold is None:
             return AutoCompaction(tokens=0)
-        tokens = self.estimate_tokens(other_prompt=other_prompt)
+        history = self.get_history()
+        tokens = self._count(history, other_prompt)
         if tokens <= threshold:
-            return AutoCompaction(tokens=tokens)
+            return AutoCompaction(tokens=tokens, history=history)
         try:
-            return AutoCompaction(tokens=tokens, compaction=self.compact())
+            compaction = self.compact()
         except Exception as error:
             message = f"Compaction failed: {error}"
             self.on_compaction_error(self.session_id, message)
-            return AutoCompaction(tokens=tokens, error=message)
+            return AutoCompaction(tokens=tokens, error=message, history=history)
+        unchanged = history if compaction is None else None
+        return AutoCompaction(tokens=tokens, compaction=compaction, history=unchanged)
 
     # Loaded skills
 

@@ -59,6 +59,9 @@ def test_an_append_past_the_threshold_compacts_the_branch(session_id):
 
     assert quiet.compaction is None
     assert loud.compaction is not None
+    measured = memory.compact_if_needed()  # Nothing more to compact: the branch comes back.
+    assert measured.compaction is None
+    assert measured.history == memory.get_history()
     assert ids(memory.get_history()) == [f"compaction_{loud.compaction.compaction_id}", "m2", "m3"]
     assert memory.get_path_length() == 3
 
