@@ -4,8 +4,9 @@ import logging
 
 from celery import shared_task
 
-from agents_app import conf, executor, subagents
+from agents_app import conf, executor, reaping, subagents
 from sessions_app.errors import VersionConflict
+from streams_app.services import purge_expired_streams
 
 logger = logging.getLogger(__name__)
 
@@ -46,3 +47,14 @@ def child_finished_task(self, parent_session_id: str, child_session_id: str) -> 
 def child_timeout_task(parent_session_id: str, child_session_id: str, timeout: float) -> None:
     """Abort a child session still running past its tool's timeout."""
     subagents.child_timed_out(parent_session_id, child_session_id, timeout)
+
+
+@shared_task
+def cleanup_expired_sessions_task() -> None:
+    """Reap expired sessions and purge streams past their retention (the beat schedule's job).
+
+    Safe beside another sweep: each session is taken by one of them only.
+    """
+    report = reaping.reap_expired_sessions()
+    purged = purge_expired_streams(batch_size=reaping.DEFAULT_BATCH_SIZE)
+    logger.info("Reaped %s expired sessions; purged %s streams", len(report.reaped), purged)

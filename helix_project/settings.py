@@ -204,6 +204,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
+# `celery beat` (which `serve` runs) runs the expired-session sweep this often; cron can run
+# `manage.py cleanup_expired_sessions` instead (README).
+CELERY_BEAT_SCHEDULE = {
+    "cleanup-expired-sessions": {
+        "task": "agents_app.tasks.cleanup_expired_sessions_task",
+        "schedule": env.float("HELIX_CLEANUP_INTERVAL_SECONDS", default=900.0),
+    },
+}
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery closes database connections around every task unless this is set. Workers that keep
 # theirs set it with CONN_MAX_AGE; `helix_project.celery` still drops broken ones per task.

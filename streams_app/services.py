@@ -26,13 +26,21 @@ def purge_expired_streams(
     manager: StreamManager | None = None,
     now: datetime | None = None,
     retention: timedelta | None = None,
+    batch_size: int | None = None,
 ) -> int:
     """Delete ended and failed streams untouched for the retention period; return how many.
 
     The retention defaults to ``HELIX["STREAM_RETENTION_DAYS"]``. Active and paused streams
-    are kept however old: a suspended run may still resume them.
+    are kept however old: a suspended run may still resume them. With `batch_size`, streams go
+    that many per statement, so no one statement holds its locks for long.
     """
     manager = manager or get_stream_manager()
     if retention is None:
         retention = timedelta(days=helix_setting("STREAM_RETENTION_DAYS", 7))
-    return manager.purge_streams((now or timezone.now()) - retention)
+    finished_before = (now or timezone.now()) - retention
+    if batch_size is None:
+        return manager.purge_streams(finished_before)
+    purged = 0
+    while batch := manager.purge_streams(finished_before, limit=batch_size):
+        purged += batch
+    return purged

@@ -16,7 +16,7 @@ Conventions every backend keeps (the conformance suite checks each one):
 """
 
 import abc
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Concatenate
 
@@ -39,6 +39,7 @@ from sessions_app.stores.types import (
     PaginatedMessages,
     PaginatedSessions,
     QueuedRun,
+    ReapedSession,
     RunRecord,
     RunStatus,
     SessionOrdering,
@@ -436,6 +437,28 @@ class SessionStateStore(abc.ABC):
         skips a session when others leave the set between batches.
         """
 
+    @abc.abstractmethod
+    def reap_expired_sessions(
+        self,
+        now: datetime,
+        *,
+        error: str,
+        failure_reason: str,
+        delete: bool = False,
+        session_ids: Collection[str] | None = None,
+        limit: int = 100,
+    ) -> list[ReapedSession]:
+        """Fail, or delete, up to `limit` sessions whose `expires_at` is at or before `now`.
+
+        Failing takes live sessions only, records `error` and `failure_reason`, bumps their
+        version (so a worker's later commit is rejected rather than bringing one back), fails
+        their running or suspended run and drops their queued runs; deleting takes expired
+        sessions of any status. A session whose step lease is held is left alone: a worker is
+        on it. Sessions are taken in `(expires_at, session_id)` order, only from `session_ids`
+        when given, in one transaction that re-checks each under its row lock, so two sweeps at
+        once never take the same session. Return the sessions taken.
+        """
+
     # Run tracking
 
     @abc.abstractmethod
@@ -573,6 +596,7 @@ class SessionStateStore(abc.ABC):
     atruncate_messages = async_twin(truncate_messages)
     alist_sessions = async_twin(list_sessions)
     alist_expired_sessions = async_twin(list_expired_sessions)
+    areap_expired_sessions = async_twin(reap_expired_sessions)
     acreate_run = async_twin(create_run)
     aupdate_run_status = async_twin(update_run_status)
     aget_message = async_twin(get_message)

@@ -10,7 +10,7 @@ import copy
 import dataclasses
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,6 +45,7 @@ from sessions_app.stores.types import (
     PaginatedMessages,
     PaginatedSessions,
     QueuedRun,
+    ReapedSession,
     RunRecord,
     RunStatus,
     SessionOrdering,
@@ -656,6 +657,48 @@ class InMemorySessionStateStore(SessionStateStore):
             keys = [key for key in expired if after is None or key > after][:limit]
             return [_summary(self._sessions[session_id]) for _, session_id in keys]
 
+    def reap_expired_sessions(
+        self,
+        now: datetime,
+        *,
+        error: str,
+        failure_reason: str,
+        delete: bool = False,
+        session_ids: Collection[str] | None = None,
+        limit: int = 100,
+    ) -> list[ReapedSession]:
+        rules.check_page(0, limit)
+        wanted = None if session_ids is None else set(session_ids)
+        with self._lock:
+            taken_at = timezone.now()
+            expired = sorted(
+                (state.expires_at, state.session_id)
+                for state in self._sessions.values()
+                if state.expires_at is not None
+                and state.expires_at <= now
+                and (delete or state.status in LIVE_STATUSES)
+                and (wanted is None or state.session_id in wanted)
+                and not rules.lease_is_live(
+                    *self._leases.get(state.session_id, ("", None)), taken_at
+                )
+            )
+            reaped = []
+            for _, session_id in expired[:limit]:
+                state = self._sessions[session_id]
+                reaped.append(
+                    ReapedSession(
+                        session_id=session_id,
+                        agent_type=state.agent_type,
+                        stream_id=state.stream_id,
+                        parent_session_id=state.parent_session_id,
+                    )
+                )
+                if delete:
+                    self.delete_session(session_id)
+                else:
+                    self._fail_expired(state, error, failure_reason, taken_at)
+            return reaped
+
     # Run tracking
 
     def create_run(
@@ -858,6 +901,23 @@ class InMemorySessionStateStore(SessionStateStore):
                 session_id, expected_version=expected_version, current_version=stored.version
             )
         return stored
+
+    def _fail_expired(
+        self, state: SessionState, error: str, failure_reason: str, now: datetime
+    ) -> None:
+        """Fail an expired session, its unfinished run and its queued runs."""
+        self._write_state(
+            state, status=SessionStatus.FAILED, error=error, failure_reason=failure_reason
+        )
+        for run in self._runs.values():
+            if run.session_id == state.session_id and run.status in (
+                RunStatus.RUNNING,
+                RunStatus.SUSPENDED,
+            ):
+                self._runs[run.run_id] = dataclasses.replace(
+                    run, status=RunStatus.FAILED, error=error, completed_at=now
+                )
+        self._queued.pop(state.session_id, None)
 
     def _write_state(self, stored: SessionState, **fields: Any) -> int:
         new_version = stored.version + 1

@@ -7,7 +7,7 @@ before the lock, which is what keeps message sequences gap-free and versions hon
 """
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -48,6 +48,7 @@ from sessions_app.stores.types import (
     PaginatedMessages,
     PaginatedSessions,
     QueuedRun,
+    ReapedSession,
     RunRecord,
     RunStatus,
     SessionOrdering,
@@ -674,6 +675,47 @@ class ORMSessionStateStore(SessionStateStore):
         rows = sessions.order_by("expires_at", "id").values(*_SUMMARY_FIELDS)[:limit]
         return [_session_summary(row) for row in rows]
 
+    def reap_expired_sessions(
+        self,
+        now: datetime,
+        *,
+        error: str,
+        failure_reason: str,
+        delete: bool = False,
+        session_ids: Collection[str] | None = None,
+        limit: int = 100,
+    ) -> list[ReapedSession]:
+        rules.check_page(0, limit)
+        taken_at = timezone.now()
+        expired = models.AgentSession.objects.filter(expires_at__lte=now).exclude(
+            ~Q(lease_holder="") & Q(lease_expires_at__gt=taken_at)
+        )
+        if not delete:
+            expired = expired.filter(status__in=LIVE_STATUSES)
+        if session_ids is not None:
+            expired = expired.filter(pk__in=list(session_ids))
+        with transaction.atomic():
+            # SKIP LOCKED: a concurrent sweep's sessions are its own, not ours to wait for.
+            rows = list(
+                expired.order_by("expires_at", "id")
+                .select_for_update(skip_locked=True)
+                .values("id", "agent_type", "stream_id", "parent_session_id")[:limit]
+            )
+            taken = models.AgentSession.objects.filter(pk__in=[row["id"] for row in rows])
+            if delete:
+                taken.delete()
+            else:
+                _fail_expired(taken, error, failure_reason, taken_at)
+        return [
+            ReapedSession(
+                session_id=row["id"],
+                agent_type=row["agent_type"],
+                stream_id=row["stream_id"],
+                parent_session_id=row["parent_session_id"] or None,
+            )
+            for row in rows
+        ]
+
     # Run tracking
 
     def create_run(
@@ -913,6 +955,22 @@ def _require(session_id: str, *fields: str) -> dict[str, Any]:
 def _check_version(session_id: str, expected: int | None, current: int) -> None:
     if expected is not None and expected != current:
         raise VersionConflict(session_id, expected_version=expected, current_version=current)
+
+
+def _fail_expired(sessions, error: str, failure_reason: str, now: datetime) -> None:
+    """Fail locked expired sessions, their unfinished runs and their queued runs, at once."""
+    ids = sessions.values("pk")
+    sessions.update(
+        status=SessionStatus.FAILED,
+        error=error,
+        failure_reason=failure_reason,
+        version=F("version") + 1,
+        updated_at=now,
+    )
+    models.Run.objects.filter(
+        session_id__in=ids, status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]
+    ).update(status=RunStatus.FAILED, error=error, completed_at=now)
+    models.QueuedRun.objects.filter(session_id__in=ids).delete()
 
 
 def _write_state(session_id: str, version: int, **columns: Any) -> int:

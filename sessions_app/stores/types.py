@@ -131,6 +131,16 @@ class SessionSummary:
 
 
 @dataclass(kw_only=True, slots=True)
+class ReapedSession:
+    """A session an expiry sweep failed or deleted, with what its caller still has to settle."""
+
+    session_id: str
+    agent_type: str
+    stream_id: str
+    parent_session_id: str | None
+
+
+@dataclass(kw_only=True, slots=True)
 class PaginatedSessions:
     sessions: list[SessionSummary]
     total: int

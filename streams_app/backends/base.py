@@ -13,7 +13,7 @@ trimmed by the `max_chunks` cap. A reader is never left with a silent gap.
 """
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -284,8 +284,31 @@ class StreamManager(abc.ABC):
         """Delete the stream and its chunks; return whether it existed."""
 
     @abc.abstractmethod
-    def purge_streams(self, finished_before: datetime) -> int:
-        """Delete ended and failed streams last written before a time; return how many."""
+    def purge_streams(self, finished_before: datetime, *, limit: int | None = None) -> int:
+        """Delete ended and failed streams last written before a time; return how many.
+
+        With `limit`, delete at most that many, oldest first, so a caller can purge in batches
+        that each hold their locks briefly.
+        """
+
+    def fail_streams(self, stream_ids: Collection[str], error: str) -> int:
+        """Fail the active and paused streams among `stream_ids`; return how many there were.
+
+        Unlike `fail_stream`, it need not ring the streams' readers: a sweep fails thousands
+        of streams nobody reads, and a reader still learns of it on its next look at the
+        database (`STREAM_POLL_INTERVAL`).
+        """
+        failed = 0
+        for stream_id in stream_ids:
+            info = self.get_stream_info(stream_id)
+            if info is not None and info.status not in TERMINAL_STATUSES:
+                self.fail_stream(stream_id, error)
+                failed += 1
+        return failed
+
+    def delete_streams(self, stream_ids: Collection[str]) -> int:
+        """Delete the streams among `stream_ids` and their chunks; return how many existed."""
+        return sum(self.delete_stream(stream_id) for stream_id in stream_ids)
 
     acreate_writer = async_twin(create_writer)
     acreate_reader = async_twin(create_reader)

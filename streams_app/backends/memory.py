@@ -179,14 +179,15 @@ class InMemoryStreamManager(StreamManager):
         with self._lock:
             return self._streams.pop(stream_id, None) is not None
 
-    def purge_streams(self, finished_before: datetime) -> int:
+    def purge_streams(self, finished_before: datetime, *, limit: int | None = None) -> int:
         with self._lock:
-            doomed = [
-                stream_id
+            finished = sorted(
+                (stream.updated_at, stream_id)
                 for stream_id, stream in self._streams.items()
                 if stream.status in (StreamStatus.ENDED, StreamStatus.FAILED)
                 and stream.updated_at < finished_before
-            ]
+            )
+            doomed = [stream_id for _, stream_id in finished[:limit]]
             for stream_id in doomed:
                 del self._streams[stream_id]
             return len(doomed)

@@ -6,6 +6,7 @@ in order: a reader never sees sequence n+1 before n. Readers are rung through th
 """
 
 import functools
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -242,11 +243,29 @@ class ORMStreamManager(StreamManager):
         deleted, _ = _stream(stream_id).delete()
         return deleted > 0
 
-    def purge_streams(self, finished_before: datetime) -> int:
+    def purge_streams(self, finished_before: datetime, *, limit: int | None = None) -> int:
         finished = Stream.objects.filter(
             status__in=[StreamStatus.ENDED, StreamStatus.FAILED], updated_at__lt=finished_before
         )
+        if limit is not None:
+            oldest = finished.order_by("updated_at").values("pk")[:limit]
+            finished = Stream.objects.filter(pk__in=list(oldest.values_list("pk", flat=True)))
         deleted, _ = finished.delete()  # Chunks go by database cascade, uncounted.
+        return deleted
+
+    def fail_streams(self, stream_ids: Collection[str], error: str) -> int:
+        with transaction.atomic():
+            live = Stream.objects.select_for_update().filter(
+                pk__in=list(stream_ids), status__in=LIVE_STATUSES
+            )
+            failed = list(live.values_list("pk", flat=True))
+            Stream.objects.filter(pk__in=failed).update(
+                status=StreamStatus.FAILED, error=error, updated_at=timezone.now()
+            )
+        return len(failed)
+
+    def delete_streams(self, stream_ids: Collection[str]) -> int:
+        deleted, _ = Stream.objects.filter(pk__in=list(stream_ids)).delete()
         return deleted
 
     def _trim(self, stream_id: str, count: int) -> None:

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from rest_framework.test import APIClient
 
-from sessions_app.services import EXPIRED_FAILURE_REASON, expired_session_cleanup
+from agents_app.reaping import EXPIRED_FAILURE_REASON, reap_expired_sessions
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager
@@ -238,7 +238,7 @@ def test_an_expired_suspended_session_is_failed_by_the_cleanup(worker, owner):  
     suspended()
     client.patch("/api/sessions/s-1/", {"expiresAt": "2020-01-01T00:00:00Z"}, format="json")
 
-    report = expired_session_cleanup(get_session_store(), error="Nobody answered")
+    report = reap_expired_sessions(error="Nobody answered")
 
     state = get_session_store().load_state("s-1")
     assert report.reaped == ["s-1"]
@@ -248,6 +248,7 @@ def test_an_expired_suspended_session_is_failed_by_the_cleanup(worker, owner):  
         EXPIRED_FAILURE_REASON,
     )
     assert get_session_store().get_current_run("s-1").status == RunStatus.FAILED
+    assert get_stream_manager().get_stream_info(state.stream_id).error == "Nobody answered"
     late = submit(client, {"toolCallId": "call-transfer", "approved": True})
     assert late.json()["error"]["code"] == "unknown-tool-call"
 

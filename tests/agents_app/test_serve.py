@@ -1,4 +1,5 @@
-"""`manage.py serve` runs the embedded system: Daphne with static files, and a Celery worker."""
+"""`manage.py serve` runs the embedded system: Daphne with static files, a Celery worker, and
+Celery beat running the expired-session sweep."""
 
 import os
 import re
@@ -45,7 +46,13 @@ def embedded_env(var_dir: Path) -> dict[str, str]:
         for name, value in os.environ.items()
         if name not in {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"}
     }
-    return {**env, "HELIX_VAR_DIR": str(var_dir), "DEBUG": "true", "PYTHONUNBUFFERED": "1"}
+    return {
+        **env,
+        "HELIX_VAR_DIR": str(var_dir),
+        "DEBUG": "true",
+        "PYTHONUNBUFFERED": "1",
+        "HELIX_CLEANUP_INTERVAL_SECONDS": "1",
+    }
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -145,7 +152,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         print(f"--- output of manage.py serve ---\n{server.output()}")
 
 
-def test_serve_runs_site_and_worker_and_stops_on_sigint(serve: Serve) -> None:
+def test_serve_runs_site_worker_and_beat_and_stops_on_sigint(serve: Serve) -> None:
     login = f"{serve.site}/admin/login/"
     serve.wait_for(lambda: http_status(login) == 200, 60, "the login page answered 200")
     assert http_status(f"{serve.site}/static/admin/css/base.css") == 200
@@ -163,8 +170,16 @@ def test_serve_runs_site_and_worker_and_stops_on_sigint(serve: Serve) -> None:
     demo = manage("shell", "-v", "0", "-c", RUN_DEMO, env=serve.env)
     assert demo.stdout.split() == ["completed", "['celery']"], demo.stdout + demo.stderr
 
+    serve.wait_for(
+        lambda: re.search(
+            r"Task agents_app.tasks.cleanup_expired_sessions_task\[\S+\] succeeded", serve.output()
+        ),
+        30,
+        "beat had the worker run the expired-session sweep",
+    )
+
     children = serve.child_pids()
-    assert len(children) == 2
+    assert len(children) == 3
     serve.process.send_signal(signal.SIGINT)
     assert serve.process.wait(timeout=15) == 0
     assert [pgid for pgid in children if group_alive(pgid)] == []

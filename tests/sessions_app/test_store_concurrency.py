@@ -14,7 +14,6 @@ from django.utils import timezone
 
 from sessions_app import models
 from sessions_app.errors import VersionConflict
-from sessions_app.services import expired_session_cleanup
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.types import (
     AppendOp,
@@ -191,9 +190,13 @@ def test_two_sweeps_at_once_reap_each_session_exactly_once(store):
     for session_id in sorted(expected):
         store.create_session(session_id, agent_type="a", expires_at=now - timedelta(minutes=5))
 
-    reports = run_in_threads(2, lambda _: expired_session_cleanup(store, now=now, batch_size=7))
+    def sweep(_):
+        reaped = []
+        while batch := store.reap_expired_sessions(now, error="x", failure_reason="y", limit=7):
+            reaped.extend(session.session_id for session in batch)
+        return reaped
 
-    first, second = (set(report.reaped) for report in reports)
+    first, second = (set(reaped) for reaped in run_in_threads(2, sweep))
     assert first.isdisjoint(second)
     assert first | second == expected
     assert store.list_sessions(status=SessionStatus.FAILED, limit=100).total == 40

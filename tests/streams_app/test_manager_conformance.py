@@ -432,6 +432,49 @@ def test_purge_removes_only_streams_finished_before_the_cutoff(manager):
     assert manager.get_stream_info("new-ended") is not None
 
 
+def test_purge_with_a_limit_takes_the_oldest_first(manager):
+    for stream_id in ("first", "second", "third"):
+        writer_with(manager, "x", stream_id=stream_id)
+        manager.end_stream(stream_id)
+        time.sleep(0.002)
+
+    assert manager.purge_streams(timezone.now(), limit=2) == 2
+
+    assert [manager.get_stream_info(s) is None for s in ("first", "second", "third")] == [
+        True,
+        True,
+        False,
+    ]
+    assert manager.purge_streams(timezone.now(), limit=2) == 1
+
+
+def test_fail_streams_fails_only_the_live_ones_and_readers_see_it(manager):
+    for stream_id in ("active", "paused", "ended"):
+        writer_with(manager, "x", stream_id=stream_id)
+    manager.pause_stream("paused")
+    manager.end_stream("ended")
+
+    assert manager.fail_streams(["active", "paused", "ended", "missing"], "expired") == 2
+
+    assert [manager.get_stream_info(s).status for s in ("active", "paused", "ended")] == [
+        "failed",
+        "failed",
+        "ended",
+    ]
+    assert manager.get_stream_info("active").error == "expired"
+
+
+def test_delete_streams_takes_their_chunks(manager):
+    for stream_id in ("a", "b", "kept"):
+        writer_with(manager, "x", "y", stream_id=stream_id)
+
+    assert manager.delete_streams(["a", "b", "missing"]) == 2
+
+    assert [manager.get_stream_info(s) is None for s in ("a", "b", "kept")] == [True, True, False]
+    manager.create_writer("a", "run", "agent")
+    assert manager.get_chunks("a").chunks == []  # A stream made again under its id is empty.
+
+
 def test_delete_stream(manager):
     writer_with(manager, "a")
 

@@ -1,4 +1,5 @@
-"""Run Helix as one process tree: Daphne for HTTP and WebSocket, and a Celery worker."""
+"""Run Helix as one process tree: Daphne for HTTP and WebSocket, a Celery worker, and Celery
+beat for the periodic expired-session sweep."""
 
 import os
 import signal
@@ -6,9 +7,12 @@ import subprocess
 import sys
 import time
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 WORKER = ("celery", "-A", "helix_project", "worker", "--loglevel", "INFO")
+# The scheduler of periodic tasks (the expired-session sweep, `CELERY_BEAT_SCHEDULE`).
+BEAT = ("celery", "-A", "helix_project", "beat", "--loglevel", "INFO")
 ASGI_APPLICATION = "helix_project.asgi:application"
 # Seconds a child has to exit once told to, before its whole process group is killed.
 STOP_TIMEOUT = 10.0
@@ -16,7 +20,10 @@ POLL_INTERVAL = 0.2
 
 
 class Command(BaseCommand):
-    help = "Serve Helix with Daphne and a Celery worker until either stops or a signal arrives."
+    help = (
+        "Serve Helix with Daphne, a Celery worker and Celery beat until one stops or a signal "
+        "arrives."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Add the address Daphne binds to and the size of the worker pool."""
@@ -32,6 +39,9 @@ class Command(BaseCommand):
         children: dict[str, subprocess.Popen] = {}
         try:
             children["celery worker"] = start(*WORKER, "--concurrency", str(concurrency))
+            children["celery beat"] = start(
+                *BEAT, "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")
+            )
             children["daphne"] = start("daphne", "-b", host, "-p", str(port), ASGI_APPLICATION)
             self.stdout.write(
                 ", ".join(f"{name} pid {child.pid}" for name, child in children.items())
