@@ -23,6 +23,10 @@ def generate_id() -> str:
     return str(uuid.uuid4())
 
 
+# A session in one of these has ended; `sessions_app.stores.types.TERMINAL_STATUSES` types them.
+TERMINAL_STATUS_VALUES = ["completed", "failed"]
+
+
 class AgentSession(models.Model):
     class Status(models.TextChoices):
         ACTIVE = "active"
@@ -113,10 +117,18 @@ class AgentSession(models.Model):
                 name="session_root",
                 condition=~Q(root_session_id=""),
             ),
+            # The expiry sweep's: it takes sessions in (expires_at, id) order, of any status
+            # when it deletes and only live ones when it fails them, which leave the second
+            # index as they fail, so no batch scans past those failed before it.
             models.Index(
-                fields=["expires_at"],
+                fields=["expires_at", "id"],
                 name="session_expiry",
                 condition=Q(expires_at__isnull=False),
+            ),
+            models.Index(
+                fields=["expires_at", "id"],
+                name="session_live_expiry",
+                condition=Q(expires_at__isnull=False) & ~Q(status__in=TERMINAL_STATUS_VALUES),
             ),
         ]
 

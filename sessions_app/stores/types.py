@@ -17,7 +17,7 @@ MessageRole = models.Message.Role
 StagedChangeStatus = models.StagedChange.Status
 SubSessionMode = models.SubSessionRef.Mode
 
-TERMINAL_STATUSES = frozenset({SessionStatus.COMPLETED, SessionStatus.FAILED})
+TERMINAL_STATUSES = frozenset(map(SessionStatus, models.TERMINAL_STATUS_VALUES))
 LIVE_STATUSES = frozenset(SessionStatus) - TERMINAL_STATUSES
 
 SessionOrdering = Literal["created_at", "-created_at", "updated_at", "-updated_at", "expires_at"]
