@@ -26,6 +26,8 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+# Where a page that needs a signed-in user (the chat page) sends a visitor who is not.
+LOGIN_URL = env.str("LOGIN_URL", default="admin:login")
 
 INSTALLED_APPS = [
     "daphne",
@@ -276,6 +278,8 @@ HELIX = {
     # ends) or "interrupt" (enqueue, and interrupt the running one).
     "RUN_CONCURRENCY": env.str("HELIX_RUN_CONCURRENCY", default="reject"),
     "MAX_AGENT_STATE_BYTES": env.int("HELIX_MAX_AGENT_STATE_BYTES", default=1024 * 1024),
+    # Who may frame the chat page: CSP `frame-ancestors` sources, space-separated.
+    "CHAT_FRAME_ANCESTORS": env.str("HELIX_CHAT_FRAME_ANCESTORS", default="'self'").split(),
     # Modules that register agents when imported.
     "AGENTS": env.list("HELIX_AGENTS", default=["agents_app.demo"]),
     # The model adapter; an agent's own `llm` settings are merged over OPTIONS.

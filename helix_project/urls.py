@@ -16,4 +16,5 @@ urlpatterns = [
     path("api/", include(endpoint_patterns())),
     path("api/", include("agents_app.api.urls")),
     path("api/", include("streams_app.urls")),
+    path("chat/", include("agents_app.chat_urls")),
 ]

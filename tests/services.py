@@ -53,7 +53,20 @@ def redis_problem() -> str | None:
     return None
 
 
-PROBLEMS = {"postgres": postgres_problem, "redis": redis_problem}
+def chromium_executable() -> str:
+    """Return the Chromium the browser tests drive (`HELIX_CHROMIUM`, Debian's by default)."""
+    return os.environ.get("HELIX_CHROMIUM") or "/usr/bin/chromium"
+
+
+def chromium_problem() -> str | None:
+    """Return why this run has no Chromium to drive, or `None` if it has one."""
+    executable = chromium_executable()
+    if not os.access(executable, os.X_OK):
+        return f"no Chromium executable at {executable} (set HELIX_CHROMIUM)"
+    return None
+
+
+PROBLEMS = {"postgres": postgres_problem, "redis": redis_problem, "chromium": chromium_problem}
 
 
 def require(service: str) -> None:

@@ -34,8 +34,7 @@ class Worker:
             # The filesystem broker lives in the var directory: share this process's.
             HELIX_VAR_DIR=str(settings.VAR_DIR),
             CELERY_TASK_DEFAULT_QUEUE=self.queue,
-            HELIX_AGENTS="agents_app.demo,tests.agents_app.agents",
-            **env,
+            **{"HELIX_AGENTS": "agents_app.demo,tests.agents_app.agents", **env},
         )
         self.process: subprocess.Popen | None = None
         self._previous_queue = app.conf.task_default_queue
