@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import memory, reaping, state, steps, stores, streams
+    from bench import admin, memory, reaping, state, steps, stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -86,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "steps": steps,
                 "memory": memory,
                 "reaping": reaping,
+                "admin": admin,
             }
             for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
@@ -129,7 +130,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("stores", "streams", "state", "steps", "memory", "reaping"),
+        choices=("stores", "streams", "state", "steps", "memory", "reaping", "admin"),
         help="run only this benchmark (repeatable); all by default",
     )
     parser.add_argument(
