@@ -8,9 +8,11 @@ import re
 from pydantic import BaseModel
 
 from agents_app.definitions import Agent, Tool
+from agents_app.llm.base import LLMError
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
 from agents_app.llm.scripted import turn_step as step_of
 from agents_app.registry import get_registry
+from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole
 
 # Long and slow enough (40 pieces, 0.08 s apart) to reload the page while it streams.
@@ -18,6 +20,7 @@ STORY = " ".join(f"w{n}" for n in range(120))
 # Slower still, so that an interrupt lands while it streams.
 SPEECH = " ".join(f"s{n}" for n in range(120))
 RESUMED = "Picking up where I stopped: done."
+RETRIED = "Second time lucky."
 
 
 class Transfer(BaseModel):
@@ -71,6 +74,13 @@ def counter_script(request, context) -> Turn:
             return Turn(text=f"Counted: {last_tool_result(request)}")
 
 
+def flaky_script(request, context) -> Turn:
+    """Fail for good in a session's first run; answer in any later one (a retry)."""
+    if get_session_store().get_current_run(context.session_id).turn == 1:
+        return Turn(error=LLMError("The model is down.", retryable=False))
+    return Turn(text=RETRIED)
+
+
 CHAT_AGENTS = [
     (Agent(name="chat-talker"), story_script),
     (
@@ -93,6 +103,7 @@ CHAT_AGENTS = [
         Agent(name="chat-speaker"),
         sequence_script(Turn(text=SPEECH, delay=0.1), Turn(text=RESUMED)),
     ),
+    (Agent(name="chat-flaky"), flaky_script),
     (
         Agent(
             name="chat-counter",

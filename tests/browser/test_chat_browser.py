@@ -16,7 +16,7 @@ from django.test import Client
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
 from tests.agents_app.worker import Worker
-from tests.browser.chat_agents import RESUMED, SPEECH, STORY
+from tests.browser.chat_agents import RESUMED, RETRIED, SPEECH, STORY
 from tests.live import ROOT, live_env
 from tests.services import chromium_executable, require
 from tests.streams_app.test_live import Daphne
@@ -210,6 +210,20 @@ def test_an_interrupted_reply_resumes_to_completion(page: Page):
     expect(page.locator(STATUS)).to_have_text("completed")
     expect(page.locator(REPLY)).to_have_text([spoken, RESUMED])
     screenshot(page, "interrupted-and-resumed")
+
+
+def test_a_failed_run_is_retried_from_the_page(page: Page):
+    page.goto("/chat/chat-flaky/")
+    send(page, "try")
+    expect(page.locator(STATUS)).to_have_text("failed")
+    expect(page.get_by_role("button", name="Retry")).to_be_enabled()
+
+    page.get_by_role("button", name="Retry").click()
+
+    expect(page.locator(STATUS)).to_have_text("completed")
+    expect(page.locator(REPLY).last).to_have_text(RETRIED)
+    expect(page.get_by_role("button", name="Retry")).to_be_disabled()
+    screenshot(page, "retried-run")
 
 
 def test_a_client_tool_answer_and_the_live_state_show_in_the_page(page: Page):
