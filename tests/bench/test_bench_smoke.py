@@ -94,3 +94,18 @@ def _quick_bench(*parts: str) -> subprocess.CompletedProcess[str]:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result
+
+
+@pytest.mark.postgres
+def test_quick_reaping_and_admin_benches_clear_their_data_and_print_figures() -> None:
+    result = _quick_bench("reaping", "admin")
+    # Each side checks that it took every expired session, or the run stops.
+    assert "Reaping 5,000 expired sessions, batches of 100 " in result.stdout
+    for metric in ("delete s", "fail s"):
+        assert re.search(STRICT_ROW.format(metric=metric), result.stdout, re.M), result.stdout
+    for metric in ("delete lock", "fail lock"):
+        assert re.search(VALUE_ROW.format(metric=metric), result.stdout, re.M), result.stdout
+    assert "Admin sessions list over 5,000 sessions " in result.stdout
+    for metric in ("list ms", "status ms"):
+        assert re.search(STRICT_ROW.format(metric=metric), result.stdout, re.M), result.stdout
+    assert re.search(VALUE_ROW.format(metric="list p50"), result.stdout, re.M), result.stdout
