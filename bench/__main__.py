@@ -6,10 +6,13 @@ run (`bench.corpus`).
 
 import argparse
 import os
+import platform
 import signal
 import sys
 from collections.abc import Sequence
 from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +24,7 @@ from django.db import connection
 from django.test.utils import override_settings
 
 from bench import database_url, redis_url
-from bench.harness import Options
+from bench.harness import Options, Table, summary
 
 DEFAULT_ITERATIONS = 500
 QUICK_ITERATIONS = 10
@@ -75,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     database_name = database["NAME"]
     database["TEST"]["NAME"] = f"test_{database_name}_bench_{os.getpid()}"
     connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    missed: list[str] = []
+    measured: list[Table] = []
     try:
         # The debug cursor records every query; time the one production uses.
         with override_settings(DEBUG=False):
@@ -94,11 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with closing(module.run(options)) as tables:
                     for table in tables:
                         print(table.render() + "\n", flush=True)
-                        missed += [
-                            f"{table.title}: {row.metric}" for row in table.rows if not row.passed
-                        ]
+                        measured.append(table)
     finally:
         connection.creation.destroy_test_db(database_name, verbosity=0)
+    print("Summary of the targets (Markdown, for the README's performance section):\n")
+    print(summary(measured, _machine(connection)) + "\n")
+    missed = [
+        f"{table.title}: {row.metric}" for table in measured for row in table.rows if not row.passed
+    ]
     if args.quick:
         print("Quick run: targets are not enforced.")
         return 0
@@ -198,6 +204,27 @@ def _check_redis(url: str) -> str:
     except (redis.RedisError, ValueError) as error:
         sys.exit(f"bench: Redis at {where} (REDIS_URL) is unreachable: {error}")
     return where
+
+
+def _machine(connection: Any) -> str:
+    """Return the processor, cores, and server versions this run measured on, and the date."""
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor() or "an unknown processor",
+    )
+    with connection.temporary_connection() as cursor:
+        cursor.execute("SHOW server_version")
+        postgres = cursor.fetchone()[0].split()[0]
+    with redis.Redis.from_url(os.environ["REDIS_URL"]) as client:
+        redis_version = client.info("server")["redis_version"]
+    return (
+        f"{model}, {os.cpu_count()} cores, PostgreSQL {postgres}, Redis {redis_version}, "
+        f"Python {platform.python_version()}, {datetime.now(UTC).date().isoformat()}"
+    )
 
 
 def _exit_on_signal(signum: int, frame: FrameType | None) -> None:

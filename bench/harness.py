@@ -120,8 +120,38 @@ class Table:
         lines.extend(f"  {note}" for note in self.notes)
         return "\n".join(lines)
 
+    @property
+    def figure(self) -> str:
+        """Return the table's title up to its first comma or parenthesis: what it measures."""
+        return self.title.split(" (")[0].split(", ")[0]
+
     @staticmethod
     def _line(metric: str, values: Sequence[str], ratios: Sequence[str], widths: list[int]) -> str:
         """Return one aligned line: the metric, our value, then each raw value and its ratio."""
         ours, lenient, strict = (f"{v:>{w}}" for v, w in zip(values, widths, strict=True))
         return f"  {metric:<12} {ours} {lenient} {ratios[0]:>6} {strict} {ratios[1]:>6}"
+
+
+def summary(tables: Sequence[Table], machine: str) -> str:
+    """Return every targeted figure of a run as one Markdown table, the machine above it."""
+    lines = [
+        f"Measured on {machine}.",
+        "",
+        "| figure | ours | baseline | ratio | target | met |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for table in tables:
+        for row in table.rows:
+            if row.target is None:
+                continue
+            ratio = row.strict_ratio
+            bound = ">=" if row.higher_is_better and ratio is None else "<="
+            target = f"{bound} {row.target:,.{0 if ratio is None else 2}f}"
+            lines.append(
+                f"| {table.figure}: {row.metric} | {row.orm:,.{row.precision}f} | "
+                + ("-" if row.strict_raw is None else f"{row.strict_raw:,.{row.precision}f}")
+                + f" | {'-' if ratio is None else f'{ratio:.2f}'} | {target} | "
+                + ("yes" if row.passed else "**no**")
+                + " |"
+            )
+    return "\n".join(lines)
