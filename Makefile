@@ -28,7 +28,14 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed $(JS_TESTS)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: $(BIN)/.installed
+# The peers the benchmark compares with, in a virtualenv of their own (their pins conflict).
+PEERS := bench/.venv-peers
+$(PEERS)/bin/.installed: bench/requirements.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet -r bench/requirements.txt
+	touch $@
+
+bench: $(BIN)/.installed $(PEERS)/bin/.installed
 	$(BIN)/python -m bench
 
 lint: $(BIN)/.installed

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import admin, memory, reaping, state, steps, stores, streams
+    from bench import admin, memory, peers, reaping, state, steps, stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -90,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "memory": memory,
                 "reaping": reaping,
                 "admin": admin,
+                "peers": peers,
             }
             for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
@@ -100,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         measured.append(table)
     finally:
         connection.creation.destroy_test_db(database_name, verbosity=0)
-    print("Summary of the targets (Markdown, for the README's performance section):\n")
+    print("Summary (Markdown, for the README's performance section):\n")
     print(summary(measured, _machine(connection)) + "\n")
     missed = [
         f"{table.title}: {row.metric}" for table in measured for row in table.rows if not row.passed
@@ -136,7 +137,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("stores", "streams", "state", "steps", "memory", "reaping", "admin"),
+        choices=("stores", "streams", "state", "steps", "memory", "reaping", "admin", "peers"),
         help="run only this benchmark (repeatable); all by default",
     )
     parser.add_argument(

@@ -133,7 +133,7 @@ class Table:
 
 
 def summary(tables: Sequence[Table], machine: str) -> str:
-    """Return every targeted figure of a run as one Markdown table, the machine above it."""
+    """Return every figure of a run with a target or a baseline as one Markdown table."""
     lines = [
         f"Measured on {machine}.",
         "",
@@ -142,16 +142,20 @@ def summary(tables: Sequence[Table], machine: str) -> str:
     ]
     for table in tables:
         for row in table.rows:
-            if row.target is None:
+            if row.target is None and row.strict_raw is None:
                 continue
             ratio = row.strict_ratio
             bound = ">=" if row.higher_is_better and ratio is None else "<="
-            target = f"{bound} {row.target:,.{0 if ratio is None else 2}f}"
+            target = (
+                "-"
+                if row.target is None
+                else f"{bound} {row.target:,.{0 if ratio is None else 2}f}"
+            )
             lines.append(
                 f"| {table.figure}: {row.metric} | {row.orm:,.{row.precision}f} | "
                 + ("-" if row.strict_raw is None else f"{row.strict_raw:,.{row.precision}f}")
                 + f" | {'-' if ratio is None else f'{ratio:.2f}'} | {target} | "
-                + ("yes" if row.passed else "**no**")
+                + ("-" if row.target is None else "yes" if row.passed else "**no**")
                 + " |"
             )
     return "\n".join(lines)

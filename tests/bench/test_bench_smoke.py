@@ -110,7 +110,7 @@ def test_quick_reaping_and_admin_benches_clear_their_data_and_print_figures() ->
         assert re.search(STRICT_ROW.format(metric=metric), result.stdout, re.M), result.stdout
     assert re.search(VALUE_ROW.format(metric="list p50"), result.stdout, re.M), result.stdout
     # Then every targeted figure of the run again, in one table with the machine above it.
-    summary = result.stdout.split("Summary of the targets")[1]
+    summary = result.stdout.split("Summary (Markdown")[1]
     assert re.search(r"^Measured on .+, \d+ cores, PostgreSQL [\d.]+, Redis", summary, re.M)
     assert "| Reaping 5,000 expired sessions: delete s |" in summary
     assert "| Admin sessions list over 5,000 sessions: list p50 |" in summary
