@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
+    MultipleResults,
     RuleBasedStateMachine,
     initialize,
     invariant,
@@ -37,6 +38,7 @@ from sessions_app.stores.types import (
     CasApplied,
     CasRejected,
     CheckpointMeta,
+    CommitResult,
     InterruptFlagInfo,
     Lease,
     Message,
@@ -65,6 +67,17 @@ REAP_REASON = "expired"
 
 
 @dataclass
+class ModelStagedChange:
+    """What one tool call of a step should have staged."""
+
+    value: int
+    # (when last staged, when first staged): the store lists changes in this order.
+    order: tuple[int, int]
+    status: StagedChangeStatus = StagedChangeStatus.STAGED
+    checkpoint_id: str | None = None
+
+
+@dataclass
 class ModelSession:
     """What one session should hold."""
 
@@ -82,8 +95,7 @@ class ModelSession:
     lease_live: bool = False
     # (id, parent_id, content), in sequence order.
     messages: list[tuple[str, str | None, str]] = field(default_factory=list)
-    # (step_id, tool_call_id) -> (status, checkpoint_id, staged value).
-    staged: dict[tuple[str, str], tuple[str, str | None, int]] = field(default_factory=dict)
+    staged: dict[tuple[str, str], ModelStagedChange] = field(default_factory=dict)
     # (checkpoint_id, step_id, message_count, version, status), oldest first.
     checkpoints: list[tuple[str, str, int, int, str]] = field(default_factory=list)
 
@@ -203,14 +215,19 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.get_latest_checkpoint(session_id) == (
             checkpoints[0] if checkpoints else None
         )
-        staged = {
-            (c.step_id, c.tool_call_id): (c.status, c.checkpoint_id, c.merge_ops)
+        assert [
+            (c.step_id, c.tool_call_id, c.status, c.checkpoint_id, c.merge_ops)
             for c in self.store.get_staged_changes(session_id)
-        }
-        assert staged == {
-            key: (status, checkpoint_id, [ReplaceOp(key=key[1], value=value)])
-            for key, (status, checkpoint_id, value) in model.staged.items()
-        }
+        ] == [
+            (
+                step_id,
+                call,
+                change.status,
+                change.checkpoint_id,
+                [ReplaceOp(key=call, value=change.value)],
+            )
+            for (step_id, call), change in sorted(model.staged.items(), key=lambda i: i[1].order)
+        ]
         assert_flag(self.store.check_interrupt_flag(session_id), model)
 
     def create(self, expires_at: datetime | None) -> str:
@@ -240,7 +257,7 @@ class StoreMachine(RuleBasedStateMachine):
         extra=st.sampled_from(["none", "retried", "foreign"]),
         data=st.data(),
     )
-    def append_messages(self, session_id: str, count: int, extra: str, data: st.DataObject):
+    def append_messages(self, session_id: str, count: int, extra: str, data: st.DataObject) -> None:
         """Append new messages, after a retried one (skipped) or before a foreign id (refused).
 
         A batch holding another session's message id raises and writes nothing.
@@ -285,7 +302,7 @@ class StoreMachine(RuleBasedStateMachine):
         holder=st.sampled_from(HOLDERS),
         stalls=st.booleans(),
     )
-    def claim_step(self, session_id: str, holder: str, stalls: bool):
+    def claim_step(self, session_id: str, holder: str, stalls: bool) -> Worker | MultipleResults:
         """Claim a step: take the lease (a state write) and load the state under it.
 
         A worker that `stalls` takes a lease that has run out already: anyone may take the
@@ -325,8 +342,11 @@ class StoreMachine(RuleBasedStateMachine):
                 self.store.stage_changes(worker.session_id, worker.step_id, changes)
             return
         self.store.stage_changes(worker.session_id, worker.step_id, changes)
+        staged_at = next(self.counter)
         for call in calls:
-            model.staged[worker.step_id, call] = (StagedChangeStatus.STAGED, None, value)
+            earlier = model.staged.get((worker.step_id, call))
+            first = next(self.counter) if earlier is None else earlier.order[1]
+            model.staged[worker.step_id, call] = ModelStagedChange(value, (staged_at, first))
         self.touched.add(worker.session_id)
 
     @rule(
@@ -354,7 +374,7 @@ class StoreMachine(RuleBasedStateMachine):
             step_id=worker.step_id, step_count=state.step_count, stream_sequence=replies
         )
 
-        def commit():
+        def commit() -> CommitResult:
             return self.store.save_state_and_promote_staging(
                 session_id,
                 state,
@@ -382,9 +402,10 @@ class StoreMachine(RuleBasedStateMachine):
         model.messages += planned
         model.status, model.step_count = state.status, state.step_count
         model.custom_state = state.custom_state
-        for key, (status, _, value) in model.staged.items():
-            if key[0] == worker.step_id and status == StagedChangeStatus.STAGED:
-                model.staged[key] = (StagedChangeStatus.PROMOTED, result.checkpoint_id, value)
+        for (step_id, _), change in model.staged.items():
+            if step_id == worker.step_id and change.status == StagedChangeStatus.STAGED:
+                change.status = StagedChangeStatus.PROMOTED
+                change.checkpoint_id = result.checkpoint_id
         model.checkpoints.append(
             (result.checkpoint_id, worker.step_id, len(model.messages), model.version, state.status)
         )
@@ -550,6 +571,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.touched.clear()
 
     def teardown(self) -> None:
+        """Delete the sessions the example left."""
         for session_id in self.model:
             self.store.delete_session(session_id)
 
