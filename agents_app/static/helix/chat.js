@@ -304,7 +304,9 @@
       }
       this.clearError();
       this.settle(toolCallId, "approved" in body ? (body.approved ? "approved" : "denied") : "sent");
-      this.follow();
+      // A new socket reads what the resumed run writes at once, without waiting for a bell
+      // (or the next poll) on a socket that has been idle through the suspension.
+      this.followAgain();
     }
 
     // Drawing
