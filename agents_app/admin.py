@@ -268,11 +268,13 @@ class AgentSessionAdmin(admin.ModelAdmin):
 
 def session_records(session_id: str, query: Any) -> dict[str, Any]:
     """Return what the detail page shows below a session's fields."""
-    session = AgentSession.objects.filter(pk=session_id).values("stream_id").first()
+    session = (
+        AgentSession.objects.filter(pk=session_id).values("stream_id", "message_count").first()
+    )
     if session is None:
         return {}
     return {
-        "message_tree": message_tree(session_id),
+        "message_tree": message_tree(session_id, session["message_count"]),
         "runs": Run.objects.filter(session_id=session_id).order_by("turn"),
         "checkpoints": Checkpoint.objects.filter(session_id=session_id)
         .defer("state")
@@ -286,7 +288,7 @@ def session_records(session_id: str, query: Any) -> dict[str, Any]:
     }
 
 
-def message_tree(session_id: str) -> dict[str, Any]:
+def message_tree(session_id: str, total: int) -> dict[str, Any]:
     """Return the session's first messages in tree order, with depth and branch markers."""
     rows = list(
         Message.objects.filter(session_id=session_id)
@@ -314,8 +316,7 @@ def message_tree(session_id: str) -> dict[str, Any]:
         )
         depth += 1 if len(branches) > 1 else 0
         stack.extend((child, depth) for child in reversed(branches))
-    total = AgentSession.objects.filter(pk=session_id).values_list("message_count", flat=True)
-    return {"messages": ordered, "total": total[0], "limit": MESSAGES_SHOWN}
+    return {"messages": ordered, "total": total, "limit": MESSAGES_SHOWN}
 
 
 def chunk_page(stream_id: str, after: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from django.db import transaction
 
 from agents_app import tasks
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import LIVE_STATUSES, RunStatus, SessionStatus
+from sessions_app.stores.types import LIVE_STATUSES, RunStatus, SessionState, SessionStatus
 from streams_app import chunks
 from streams_app.backends import get_stream_manager
 
@@ -15,6 +15,12 @@ def is_running(session_id: str) -> bool:
     """Return whether the session's current run is running."""
     run = get_session_store().get_current_run(session_id)
     return run is not None and run.status == RunStatus.RUNNING
+
+
+def is_interruptible(state: SessionState) -> bool:
+    """Return whether an interrupt has something to stop: a running run, or awaited children."""
+    awaiting = state.status == SessionStatus.SUSPENDED_AWAITING_CHILDREN
+    return awaiting or is_running(state.session_id)
 
 
 def interrupt_session(session_id: str, reason: str | None = None) -> None:

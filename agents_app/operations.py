@@ -7,12 +7,10 @@ on; sessions it cannot act on (gone, or in a state the operation does not apply 
 
 from collections.abc import Collection
 
-from django.db import transaction
-
 from agents_app import control
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import TERMINAL_STATUSES, SessionStatus
-from streams_app.backends import get_stream_manager
+from sessions_app.stores.types import TERMINAL_STATUSES
+from streams_app.services import session_and_stream_delete
 
 OPERATOR_FAILURE_REASON = "operator"
 
@@ -36,10 +34,7 @@ def sessions_interrupt(*, session_ids: Collection[str], reason: str) -> list[str
     interrupted = []
     for session_id in session_ids:
         state = store.load_state(session_id)
-        if state is None:
-            continue
-        awaiting = state.status == SessionStatus.SUSPENDED_AWAITING_CHILDREN
-        if awaiting or control.is_running(session_id):
+        if state is not None and control.is_interruptible(state):
             control.interrupt_session(session_id, reason)
             interrupted.append(session_id)
     return interrupted
@@ -47,14 +42,12 @@ def sessions_interrupt(*, session_ids: Collection[str], reason: str) -> list[str
 
 def sessions_delete(*, session_ids: Collection[str]) -> list[str]:
     """Delete each session, everything recorded under it and its stream, one at a time."""
-    store, streams = get_session_store(), get_stream_manager()
+    store = get_session_store()
     deleted = []
     for session_id in session_ids:
         state = store.load_state(session_id)
         if state is None:
             continue
-        with transaction.atomic():
-            store.delete_session(session_id)
-            streams.delete_stream(state.stream_id)
+        session_and_stream_delete(session_id=session_id, stream_id=state.stream_id)
         deleted.append(session_id)
     return deleted

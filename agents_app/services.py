@@ -228,8 +228,7 @@ def agent_interrupt(*, user: AbstractBaseUser, session_id: str, reason: str | No
     A session waiting for its sub-agents passes the flag on to them; it stops once they have.
     """
     state = session_for_user(session_id=session_id, user=user)
-    awaiting = state.status == SessionStatus.SUSPENDED_AWAITING_CHILDREN
-    if not (awaiting or control.is_running(session_id)):
+    if not control.is_interruptible(state):
         raise RunNotActive(session_id, state.status, "interrupt")
     control.interrupt_session(session_id, reason)
 

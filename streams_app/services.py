@@ -16,9 +16,15 @@ from streams_app.backends.base import StreamManager
 def session_delete(*, user: AbstractBaseUser, session_id: str) -> None:
     """Delete the user's session, everything recorded under it and its stream, at once."""
     state = session_for_user(session_id=session_id, user=user)
+    session_and_stream_delete(session_id=session_id, stream_id=state.stream_id)
+
+
+def session_and_stream_delete(*, session_id: str, stream_id: str) -> None:
+    """Delete a session, everything recorded under it and its stream, at once; callers check
+    who may."""
     with transaction.atomic():
         get_session_store().delete_session(session_id)
-        get_stream_manager().delete_stream(state.stream_id)
+        get_stream_manager().delete_stream(stream_id)
 
 
 def purge_expired_streams(

@@ -211,7 +211,8 @@ def test_reap_fails_only_the_selected_sessions_that_expired(staff):
 
 def test_mark_failed_asks_for_a_reason_then_records_it(staff):
     store = get_session_store()
-    store.create_session("s", agent_type="counter")
+    state = store.create_session("s", agent_type="counter")
+    get_stream_manager().create_writer(state.stream_id, "run", "counter")
 
     asked = act(staff, "mark_failed", ["s"])
     assert 'name="reason"' in asked.content.decode()
@@ -222,9 +223,7 @@ def test_mark_failed_asks_for_a_reason_then_records_it(staff):
     state = store.load_state("s")
     assert state.status == SessionStatus.FAILED
     assert (state.abort_reason, state.failure_reason) == ("Stuck since Tuesday", "operator")
-    assert get_stream_manager().get_stream_info(state.stream_id) is None or (
-        get_stream_manager().get_stream_info(state.stream_id).status == "failed"
-    )
+    assert get_stream_manager().get_stream_info(state.stream_id).status == "failed"
 
 
 def test_interrupt_raises_the_flag_of_running_sessions_only(staff, owner):
