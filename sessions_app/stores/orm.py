@@ -826,6 +826,9 @@ class ORMSessionStateStore(SessionStateStore):
     ) -> None:
         rules.check_identifier("step id", step_id)
         sizes = rules.check_staged_sizes(session_id, changes, self.max_staged_changes_bytes)
+        # One row per tool call, the last change winning (PostgreSQL's upsert cannot touch a
+        # row twice in one statement).
+        latest = {change.tool_call_id: (change, size) for change, size in zip(changes, sizes)}
         now = timezone.now()
         rows = [
             models.StagedChange(
@@ -839,7 +842,7 @@ class ORMSessionStateStore(SessionStateStore):
                 checkpoint_id="",
                 created_at=now,
             )
-            for change, size in zip(changes, sizes, strict=True)
+            for change, size in latest.values()
         ]
         with transaction.atomic(savepoint=False):  # As in the step commit, which calls this.
             found = _lock_if_found(session_id)

@@ -1540,6 +1540,22 @@ def test_staged_changes_round_trip_and_restaging_replaces(store, session_id):
     assert staged.checkpoint_id is None
 
 
+def test_a_call_staged_twice_in_one_batch_keeps_its_last_change(store, session_id):
+    first, last = (
+        StagedToolChange(tool_call_id=call_id, merge_ops=[ReplaceOp(key=call_id, value=value)])
+        for call_id, value in (("call-1", 1), ("call-1", 2))
+    )
+    other = StagedToolChange(tool_call_id="call-2", merge_ops=[ReplaceOp(key="x", value=0)])
+
+    store.stage_changes(session_id, "step-1", [first, other, last])
+
+    staged = store.get_staged_changes(session_id)
+    assert [(s.tool_call_id, s.merge_ops) for s in staged] == [
+        ("call-1", last.merge_ops),
+        ("call-2", other.merge_ops),
+    ]
+
+
 def test_promote_and_rollback_touch_only_staged_changes_of_the_step(store, session_id):
     store.stage_changes(
         session_id,

@@ -327,7 +327,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(
         worker=workers,
-        calls=st.lists(st.sampled_from(TOOL_CALLS), min_size=1, max_size=3, unique=True),
+        calls=st.lists(st.sampled_from(TOOL_CALLS), min_size=1, max_size=3),
         value=st.integers(0, 9),
     )
     def stage_changes(self, worker: Worker, calls: list[str], value: int) -> None:
