@@ -28,6 +28,11 @@ def step_error_retries() -> int:
     return int(helix_setting("STEP_ERROR_RETRIES", 3))
 
 
+def step_max_abandoned() -> int:
+    """Return how many attempts in a row may leave a step unfinished before its run fails."""
+    return int(helix_setting("STEP_MAX_ABANDONED", 5))
+
+
 def step_error_backoff_seconds(errors: int) -> float:
     """Return the delay before retrying a step that raised `errors` times already."""
     return float(helix_setting("STEP_ERROR_BACKOFF_SECONDS", 1.0)) * 2**errors

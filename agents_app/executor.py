@@ -10,7 +10,9 @@ task is safe (DESIGN invariant 4):
   drops the dead attempt's partial chunks (`cleanup_to_step`), cuts messages back to the last
   checkpoint and rolls back staged changes; a lease released cleanly needs none of that;
 - an attempt that lost its lease (a worker paused too long) can neither write chunks (its
-  exclusive stream writer is fenced) nor commit (taking the lease bumped the version).
+  exclusive stream writer is fenced) nor commit (taking the lease bumped the version);
+- a step left unfinished by more than `HELIX["STEP_MAX_ABANDONED"]` attempts in a row (one
+  that kills its worker, say) fails its run instead of being delivered for ever.
 
 The step commit stages the tools' state changes and writes messages, state, their promotion,
 checkpoint and usage in one transaction, with the run's last chunk and the end of the stream
@@ -103,6 +105,11 @@ def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
             return StepOutcome(next_step=step + 1)
         return StepOutcome()
     attempt = _Attempt(store, state, run, step, holder)
+    if lease.abandoned > conf.step_max_abandoned():
+        return attempt.give_up(
+            f"Step {step} was left unfinished by {lease.abandoned} attempts in a row "
+            "(its worker died, stalled or failed each time)."
+        )
     try:
         return attempt.run(recover=lease.taken_over)
     except (LeaseLost, WriterSuperseded, VersionConflict) as error:
@@ -550,6 +557,11 @@ class _Attempt:
         with self._ending(writer, RunStatus.FAILED, error=error):
             self._commit(writer, messages, outcomes, reply, SessionStatus.FAILED, error=error)
         return StepOutcome()
+
+    def give_up(self, message: str) -> StepOutcome:
+        """Undo what the abandoned attempts left and fail the run with `message`."""
+        self._recover()
+        return self.fail(self.open_writer(), message, failure_reason="step_abandoned")
 
     def fail(self, writer: StreamWriter, message: str, *, failure_reason: str) -> StepOutcome:
         """Fail the run with `message`; the step commits nothing, and its chunks go."""

@@ -303,6 +303,9 @@ HELIX = {
     # A step that raises (a bug, the database away) is retried this often, then its run fails.
     "STEP_ERROR_RETRIES": env.int("STEP_ERROR_RETRIES", default=3),
     "STEP_ERROR_BACKOFF_SECONDS": env.float("STEP_ERROR_BACKOFF_SECONDS", default=1),
+    # A step whose attempts die (a tool that crashes its worker) fails its run after this many
+    # in a row; raising attempts count too, so keep it above STEP_ERROR_RETRIES.
+    "STEP_MAX_ABANDONED": env.int("STEP_MAX_ABANDONED", default=5),
 }
 
 LOGGING = {

@@ -95,6 +95,9 @@ class AgentSession(models.Model):
         max_length=64, blank=True, default="", help_text="The worker attempt running a step."
     )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_abandoned = models.PositiveIntegerField(
+        default=0, help_text="How many lease holders in a row left their step unfinished."
+    )
     resume_count = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

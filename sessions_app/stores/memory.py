@@ -103,6 +103,7 @@ class InMemorySessionStateStore(SessionStateStore):
         self._message_sessions: dict[str, str] = {}
         self._flags: dict[str, InterruptFlagInfo] = {}
         self._leases: dict[str, tuple[str, datetime]] = {}
+        self._abandoned: dict[str, int] = {}  # Lease holders in a row that left their step.
         self._sub_session_refs: dict[str, dict[str, SubSessionRef]] = {}
         self._runs: dict[str, RunRecord] = {}
         self._queued: dict[str, list[QueuedRun]] = {}
@@ -182,6 +183,7 @@ class InMemorySessionStateStore(SessionStateStore):
                 del self._message_sessions[message.id]
             self._flags.pop(session_id, None)
             self._leases.pop(session_id, None)
+            self._abandoned.pop(session_id, None)
             self._compactions.pop(session_id)
             self._sub_session_refs.pop(session_id)
             self._checkpoints.pop(session_id)
@@ -257,6 +259,7 @@ class InMemorySessionStateStore(SessionStateStore):
             )
             if release_lease_of is not None and self._holds(session_id, release_lease_of):
                 del self._leases[session_id]
+                self._abandoned.pop(session_id, None)
         return CommitResult(checkpoint_id=record.checkpoint_id, new_version=new_version)
 
     # Atomic operations
@@ -345,7 +348,13 @@ class InMemorySessionStateStore(SessionStateStore):
             if current != holder and expires_at > now:
                 return None
             self._leases[session_id] = (holder, now + timedelta(seconds=ttl))
-            return Lease(version=self._write_state(stored), taken_over=current != holder)
+            taken_over = current != holder
+            abandoned = self._abandoned[session_id] = (
+                self._abandoned.get(session_id, 0) + taken_over
+            )
+            return Lease(
+                version=self._write_state(stored), taken_over=taken_over, abandoned=abandoned
+            )
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         with self._lock:
@@ -360,6 +369,7 @@ class InMemorySessionStateStore(SessionStateStore):
                 return False
             if clean:
                 del self._leases[session_id]
+                self._abandoned.pop(session_id, None)
             else:  # Free now, but the next holder learns it was left.
                 self._leases[session_id] = (holder, timezone.now())
             return True

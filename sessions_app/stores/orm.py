@@ -240,7 +240,7 @@ class ORMSessionStateStore(SessionStateStore):
             fields = rules.state_fields(state)
             released = {}
             if release_lease_of is not None and lease_holder == release_lease_of:
-                released = {"lease_holder": "", "lease_expires_at": None}
+                released = {"lease_holder": "", "lease_expires_at": None, "lease_abandoned": 0}
             new_version = _write_state(
                 session_id, version, message_count=message_count, **_columns(fields), **released
             )
@@ -355,17 +355,22 @@ class ORMSessionStateStore(SessionStateStore):
     def acquire_lease(self, session_id: str, holder: str, ttl: float) -> Lease | None:
         now = timezone.now()
         with transaction.atomic():
-            locked = _lock(session_id, "version", "lease_holder", "lease_expires_at")
+            locked = _lock(
+                session_id, "version", "lease_holder", "lease_expires_at", "lease_abandoned"
+            )
             previous = locked["lease_holder"]
             if previous not in ("", holder) and locked["lease_expires_at"] > now:
                 return None
+            taken_over = previous not in ("", holder)
+            abandoned = locked["lease_abandoned"] + taken_over
             version = _write_state(
                 session_id,
                 locked["version"],
                 lease_holder=holder,
                 lease_expires_at=now + timedelta(seconds=ttl),
+                lease_abandoned=abandoned,
             )
-            return Lease(version=version, taken_over=previous not in ("", holder))
+            return Lease(version=version, taken_over=taken_over, abandoned=abandoned)
 
     def claim_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
         sql = statements(connection.vendor).claim_step
@@ -373,7 +378,7 @@ class ORMSessionStateStore(SessionStateStore):
             return super().claim_step(session_id, holder, ttl)
         now = timezone.now()
         expires_at = now + timedelta(seconds=ttl)
-        params = [session_id, now, holder, expires_at, holder, now]
+        params = [session_id, now, holder, expires_at, holder, holder, now]
         # One statement locks, checks and takes the lease and returns the new row, what the
         # lease held before, and the interrupt flag: one round trip, atomic on its own.
         row = next(iter(models.AgentSession.objects.raw(sql, params)), None)
@@ -385,9 +390,8 @@ class ORMSessionStateStore(SessionStateStore):
             flag = models.InterruptFlag(session=row, reason=row.flag_reason, set_at=row.flag_set_at)
         models.AgentSession.interrupt_flag.related.set_cached_value(row, flag)
         taken_over = row.previous_holder not in ("", holder)
-        return StepClaim(
-            lease=Lease(version=row.version, taken_over=taken_over), state=_session_state(row)
-        )
+        lease = Lease(version=row.version, taken_over=taken_over, abandoned=row.lease_abandoned)
+        return StepClaim(lease=lease, state=_session_state(row))
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         expires_at = timezone.now() + timedelta(seconds=ttl)
@@ -395,7 +399,9 @@ class ORMSessionStateStore(SessionStateStore):
 
     def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
         if clean:
-            return _update_lease(session_id, holder, lease_holder="", lease_expires_at=None)
+            return _update_lease(
+                session_id, holder, lease_holder="", lease_expires_at=None, lease_abandoned=0
+            )
         return _update_lease(session_id, holder, lease_expires_at=timezone.now())
 
     # Durable interrupt flags
@@ -828,7 +834,9 @@ class ORMSessionStateStore(SessionStateStore):
         sizes = rules.check_staged_sizes(session_id, changes, self.max_staged_changes_bytes)
         # One row per tool call, the last change winning (PostgreSQL's upsert cannot touch a
         # row twice in one statement).
-        latest = {change.tool_call_id: (change, size) for change, size in zip(changes, sizes)}
+        latest = {
+            change.tool_call_id: (change, size) for change, size in zip(changes, sizes, strict=True)
+        }
         now = timezone.now()
         rows = [
             models.StagedChange(

@@ -98,17 +98,21 @@ def statements(vendor: str) -> Statements:
 def _claim_step() -> str:
     """Return the claim of a step lease: lock, check, take, and return the row and the flag.
 
-    Parameters: session id, now, holder, expiry, holder, now. It returns no row when the
-    session is missing or another holder's lease is unexpired.
+    Parameters: session id, now, holder, expiry, holder, holder, now. It returns no row when
+    the session is missing or another holder's lease is unexpired. Taking over a lease its
+    holder left counts one more abandoned attempt.
     """
     session, flag = models.AgentSession, models.InterruptFlag
     holder, expires = column(session, "lease_holder"), column(session, "lease_expires_at")
     identifier, version = column(session, "id"), column(session, "version")
+    abandoned = column(session, "lease_abandoned")
     return (
         f"WITH previous AS (SELECT {identifier}, {holder}, {expires} FROM {table(session)} "
         f"WHERE {identifier} = %s FOR UPDATE), "
         f"claimed AS (UPDATE {table(session)} AS claimed SET {version} = claimed.{version} + 1, "
-        f"{column(session, 'updated_at')} = %s, {holder} = %s, {expires} = %s FROM previous "
+        f"{column(session, 'updated_at')} = %s, {holder} = %s, {expires} = %s, "
+        f"{abandoned} = CASE WHEN previous.{holder} IN ('', %s) THEN claimed.{abandoned} "
+        f"ELSE claimed.{abandoned} + 1 END FROM previous "
         f"WHERE claimed.{identifier} = previous.{identifier} "
         f"AND (previous.{holder} IN ('', %s) OR previous.{expires} <= %s) "
         f"RETURNING claimed.*, previous.{holder} AS previous_holder) "

@@ -316,10 +316,13 @@ class Lease:
 
     `taken_over` is true when the previous holder never released the lease cleanly (it died,
     stalled past its lease, or gave up with `clean=False`), so what it wrote may need undoing.
+    `abandoned` counts the holders in a row that left it so, the previous one included; a clean
+    release or a commit that releases the lease sets it back to 0.
     """
 
     version: int
     taken_over: bool
+    abandoned: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

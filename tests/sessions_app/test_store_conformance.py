@@ -1240,7 +1240,7 @@ def test_a_lease_excludes_other_holders_until_it_expires(store, session_id):
     assert store.renew_lease(session_id, "worker-a", ttl=0.1)
     time.sleep(0.15)
     second = store.acquire_lease(session_id, "worker-b", ttl=30)
-    assert second == Lease(version=first.version + 2, taken_over=True)
+    assert second == Lease(version=first.version + 2, taken_over=True, abandoned=1)
     assert not store.renew_lease(session_id, "worker-a", ttl=30)
     assert not store.release_lease(session_id, "worker-a")
     assert store.release_lease(session_id, "worker-b")
@@ -1260,6 +1260,28 @@ def test_a_lease_left_unclean_is_free_and_reported_taken_over(store, session_id)
     assert not store.acquire_lease(session_id, "worker-c", ttl=30).taken_over
 
 
+def test_holders_that_leave_a_step_in_a_row_are_counted_until_one_finishes(store, session_id):
+    def claim(holder: str) -> Lease:
+        lease = store.claim_step(session_id, holder, ttl=30).lease
+        assert store.release_lease(session_id, holder, clean=False)  # Left unfinished.
+        return lease
+
+    assert [claim(f"worker-{n}").abandoned for n in range(4)] == [0, 1, 2, 3]
+    assert store.acquire_lease(session_id, "worker-4", ttl=30).abandoned == 4
+    store.save_state_and_promote_staging(  # Finishes the step and frees the lease.
+        session_id,
+        store.load_state(session_id),
+        [],
+        CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0),
+        release_lease_of="worker-4",
+    )
+    assert claim("worker-5").abandoned == 0
+    assert claim("worker-6").abandoned == 1
+    assert store.claim_step(session_id, "worker-7", ttl=30).lease.abandoned == 2
+    assert store.release_lease(session_id, "worker-7")  # Cleanly.
+    assert store.acquire_lease(session_id, "worker-8", ttl=30).abandoned == 0
+
+
 def test_a_step_claim_takes_the_lease_and_reads_the_state_under_it(store, session_id):
     store.set_interrupt_flag(session_id, "enough")
     version = store.load_state(session_id).version
@@ -1272,7 +1294,7 @@ def test_a_step_claim_takes_the_lease_and_reads_the_state_under_it(store, sessio
     assert store.claim_step(session_id, "worker-b", ttl=30) is None
     time.sleep(0.15)
     taken = store.claim_step(session_id, "worker-b", ttl=30)
-    assert taken.lease == Lease(version=version + 2, taken_over=True)
+    assert taken.lease == Lease(version=version + 2, taken_over=True, abandoned=1)
     assert taken.state.version == version + 2
     with pytest.raises(SessionNotFound):
         store.claim_step("missing", "worker-a", ttl=30)

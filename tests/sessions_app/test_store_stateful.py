@@ -93,6 +93,7 @@ class ModelSession:
     flag_reason: str | None = None
     lease_holder: str = ""
     lease_live: bool = False
+    lease_abandoned: int = 0
     # (id, parent_id, content), in sequence order.
     messages: list[tuple[str, str | None, str]] = field(default_factory=list)
     staged: dict[tuple[str, str], ModelStagedChange] = field(default_factory=dict)
@@ -321,7 +322,10 @@ class StoreMachine(RuleBasedStateMachine):
         taken_over = model.lease_holder not in ("", holder)
         self.write_state(session_id)
         model.lease_holder, model.lease_live = holder, not stalls
-        assert claim.lease == Lease(version=model.version, taken_over=taken_over)
+        model.lease_abandoned += taken_over
+        assert claim.lease == Lease(
+            version=model.version, taken_over=taken_over, abandoned=model.lease_abandoned
+        )
         assert_state(claim.state, model)
         return Worker(session_id, holder, self.new_id("step"), claim.state)
 
@@ -410,7 +414,7 @@ class StoreMachine(RuleBasedStateMachine):
             (result.checkpoint_id, worker.step_id, len(model.messages), model.version, state.status)
         )
         if release and model.lease_holder == worker.holder:
-            model.lease_holder, model.lease_live = "", False
+            model.lease_holder, model.lease_live, model.lease_abandoned = "", False, 0
 
     @rule(worker=workers, clean=st.booleans())
     def release_lease(self, worker: Worker, clean: bool) -> None:
@@ -425,7 +429,7 @@ class StoreMachine(RuleBasedStateMachine):
         if held:
             model.lease_live = False
             if clean:
-                model.lease_holder = ""
+                model.lease_holder, model.lease_abandoned = "", 0
 
     @rule(session_id=sessions, raised=st.booleans(), reason=st.sampled_from([None, "stop"]))
     def interrupt_flag(self, session_id: str, raised: bool, reason: str | None) -> None:
