@@ -8,7 +8,9 @@ task is safe (DESIGN invariant 4):
 - a step that died before commit is run again by whoever takes the session's lease next.
   The lease tells it that its last holder never released it (`Lease.taken_over`), so it first
   drops the dead attempt's partial chunks (`cleanup_to_step`), cuts messages back to the last
-  checkpoint and rolls back staged changes; a lease released cleanly needs none of that;
+  checkpoint and rolls back staged changes; a lease released cleanly needs none of that. No
+  tool call runs twice: the store's records of the dead attempt's calls say which finished
+  (their outcomes are replayed) and which were cut off (`tool_calls`);
 - an attempt that lost its lease (a worker paused too long) can neither write chunks (its
   exclusive stream writer is fenced) nor commit (taking the lease bumped the version);
 - a step left unfinished by more than `HELIX["STEP_MAX_ABANDONED"]` attempts in a row (one
@@ -64,6 +66,7 @@ from sessions_app.stores.types import (
     SessionState,
     SessionStatus,
     StepWrites,
+    ToolCallRecord,
 )
 from sessions_app.usage import get_usage_store
 from sessions_app.usage.types import CustomEntry, TokenCounts, TokensEntry, ToolEntry, UsageEntry
@@ -186,6 +189,8 @@ class _Attempt:
         self.llm_stream = None
         # The suspended step's calls, with what people and children gave; committed first.
         self.drained: list[ToolOutcome] = []
+        # The tool calls dead attempts at this step began (read when taking it over).
+        self.earlier: dict[str, ToolCallRecord] = {}
         # A regenerating run's first step answers this message, on a branch of its own.
         first_step = run.metadata.get("firstStep") == step
         self.branch_from: str | None = run.metadata.get("branchFrom") if first_step else None
@@ -266,6 +271,7 @@ class _Attempt:
         if kept is not None and self.state.message_count > kept:
             self.store.truncate_messages(self.session_id, kept)
         self.store.rollback_staging(self.session_id, self.step_id)
+        self.earlier = self.store.get_tool_calls(self.session_id, self.step_id)
 
     # The model
 
@@ -377,7 +383,9 @@ class _Attempt:
             run_id=self.run_record.run_id,
             agent_type=self.state.agent_type,
             step=self.step,
+            step_id=self.step_id,
             writer=writer,
+            earlier=self.earlier,
         )
 
     def _held_calls(self, reply: _Reply) -> list[ToolCall]:
@@ -679,6 +687,8 @@ class _Attempt:
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         with transaction.atomic():
+            if outcomes:  # The commit holds them now.
+                self.store.forget_tool_calls(self.session_id, self.step_id)
             if changes:
                 self.store.stage_changes(self.session_id, self.step_id, changes)
             committed = self.store.save_state_and_promote_staging(

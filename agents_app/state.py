@@ -95,6 +95,11 @@ class StateDraft(Mapping[str, Any]):
         """Remove `key` (nothing happens at commit if it is absent by then)."""
         self._record(DeleteOp(key=_checked(key)))
 
+    def replay(self, ops: list[MergeOp]) -> None:
+        """Write `ops` as a call did before (its outcome, replayed after its worker died)."""
+        for op in ops:
+            self._record(op)
+
     def ops(self) -> list[MergeOp]:
         """Return the writes so far, in order, as merge ops sharing nothing with the draft."""
         return copy.deepcopy(self._ops)

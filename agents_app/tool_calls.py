@@ -3,6 +3,12 @@
 Every call gets a `StateDraft` of the state the step began with; its writes become the merge
 ops of a staged change of its own, so parallel calls merge without losing each other's writes.
 A tool that raises becomes a tool result marked as an error, and the step goes on.
+
+A call runs at most once, whatever happens to the worker: it is recorded in the session store
+before it runs and its outcome after (`begin_tool_call`, `finish_tool_call`). An attempt that
+takes over a dead one's step is given those records (`StepScope.earlier`): a finished call's
+outcome is replayed, its state writes, metrics and custom chunks included, and a call that was
+running when its worker died is not run again; its result says it was cut off.
 """
 
 import logging
@@ -18,12 +24,18 @@ from pydantic import BaseModel
 from agents_app.definitions import Tool, ToolInputInvalid
 from agents_app.llm.base import ToolCall
 from agents_app.state import StateDraft
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import ToolCallRecord, merge_op_from_json, merge_op_to_json
 from streams_app.backends.base import StreamWriter
 from streams_app.chunks import Custom, ToolCallStart, ToolResult
 
 logger = logging.getLogger(__name__)
 # Parallel calls per step; more wait for a free thread.
 MAX_PARALLEL_TOOL_CALLS = 8
+CUT_OFF = (
+    "This tool call was cut off: the worker running it stopped before the step finished, so "
+    "it may or may not have taken effect. It was not run again."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +46,10 @@ class StepScope:
     run_id: str
     agent_type: str
     step: int
+    step_id: str
     writer: StreamWriter
+    # The calls earlier attempts at this step began, by id (an attempt that took over).
+    earlier: Mapping[str, ToolCallRecord] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -45,6 +60,7 @@ class ToolCallContext:
     tool_call_id: str
     state: StateDraft
     custom_metrics: list[tuple[str, str, float]] = field(default_factory=list)
+    emitted: list[tuple[str, Any]] = field(default_factory=list)  # (name, data), in order.
 
     @property
     def session_id(self) -> str:
@@ -64,15 +80,15 @@ class ToolCallContext:
 
     def emit(self, data: Any, *, name: str | None = None) -> None:
         """Write a custom chunk to the session's stream."""
-        self.scope.writer.write(
-            Custom(
-                step=self.step,
-                session_id=self.session_id,
-                agent_type=self.agent_type,
-                name=name or "custom",
-                data=data,
-            )
+        chunk = Custom(
+            step=self.step,
+            session_id=self.session_id,
+            agent_type=self.agent_type,
+            name=name or "custom",
+            data=data,
         )
+        self.scope.writer.write(chunk)
+        self.emitted.append((chunk.name, chunk.data))
 
     def record_usage(self, metric_type: str, name: str, value: float) -> None:
         """Record a custom usage metric, committed with the step."""
@@ -141,17 +157,69 @@ def _run_one(
         _write(
             scope, ToolCallStart, tool_call_id=call.id, tool_name=call.name, input=call.arguments
         )
-    started = time.monotonic()
-    result, is_error = _execute(tool, call, context)
-    duration_ms = round((time.monotonic() - started) * 1000)
+    earlier = scope.earlier.get(call.id)
+    if earlier is None:
+        outcome = _run_recorded(tool, call, context)
+    elif earlier.outcome is None:  # Its worker died while it ran.
+        outcome = _outcome(call, context, {"error": CUT_OFF}, is_error=True, duration_ms=0)
+    else:
+        outcome = _replay(call, context, earlier.outcome)
     _write(
         scope,
         ToolResult,
         tool_call_id=call.id,
         tool_name=call.name,
-        result=result,
-        is_error=is_error,
+        result=outcome.result,
+        is_error=outcome.is_error,
     )
+    return outcome
+
+
+def _run_recorded(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> ToolOutcome:
+    """Run the call between records of its start and of its outcome."""
+    scope, store = context.scope, get_session_store()
+    runs = tool is not None and not call.invalid_arguments  # Else it fails before it runs.
+    if runs:
+        store.begin_tool_call(scope.session_id, scope.step_id, call.id)
+    started = time.monotonic()
+    result, is_error = _execute(tool, call, context)
+    duration_ms = round((time.monotonic() - started) * 1000)
+    outcome = _outcome(call, context, result, is_error=is_error, duration_ms=duration_ms)
+    if runs:
+        store.finish_tool_call(
+            scope.session_id,
+            scope.step_id,
+            call.id,
+            {
+                "result": result,
+                "isError": is_error,
+                "durationMs": duration_ms,
+                "ops": [merge_op_to_json(op) for op in context.state.ops()],
+                "metrics": context.custom_metrics,
+                "emitted": context.emitted,
+            },
+        )
+    return outcome
+
+
+def _replay(call: ToolCall, context: ToolCallContext, recorded: dict[str, Any]) -> ToolOutcome:
+    """Return the outcome a dead attempt recorded, its custom chunks written again."""
+    context.state.replay([merge_op_from_json(op) for op in recorded["ops"]])
+    context.custom_metrics = [tuple(metric) for metric in recorded["metrics"]]
+    for name, data in recorded["emitted"]:
+        context.emit(data, name=name)
+    return _outcome(
+        call,
+        context,
+        recorded["result"],
+        is_error=recorded["isError"],
+        duration_ms=recorded["durationMs"],
+    )
+
+
+def _outcome(
+    call: ToolCall, context: ToolCallContext, result: Any, *, is_error: bool, duration_ms: int
+) -> ToolOutcome:
     return ToolOutcome(
         call=call,
         result=result,

@@ -355,6 +355,32 @@ class StagedChange(models.Model):
         return f"{self.status} change of {self.tool_call_id} in step {self.step_id}"
 
 
+class ToolCallRecord(models.Model):
+    """A server tool call an attempt at a step began, and its outcome once it finished.
+
+    Kept until the step commits, so an attempt that takes over a dead one's step runs no call
+    twice: it reuses a finished call's outcome and reports an unfinished one as cut off.
+    """
+
+    session = models.ForeignKey(
+        AgentSession, on_delete=models.DB_CASCADE, related_name="tool_call_records", db_index=False
+    )
+    step_id = models.CharField(max_length=255)
+    tool_call_id = models.CharField(max_length=255)
+    outcome = models.JSONField(null=True, blank=True, help_text="Set when the call finished.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "step_id", "tool_call_id"], name="tool_call_record_call"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"tool call {self.tool_call_id} in step {self.step_id}"
+
+
 class UsageEntry(models.Model):
     """One usage fact: tokens of an LLM call, a tool call, a sub-agent call or a custom metric."""
 

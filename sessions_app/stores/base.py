@@ -53,6 +53,7 @@ from sessions_app.stores.types import (
     StepWrites,
     SubSessionRef,
     SubSessionRefUpdate,
+    ToolCallRecord,
 )
 
 # Leaves headroom under the 2 MiB row limits some backends have (reference 001).
@@ -554,6 +555,29 @@ class SessionStateStore(abc.ABC):
     ) -> list[StagedChange]:
         """Return staged changes in the order they were staged."""
 
+    # Tool call records: what a step's tool calls did, until the step commits
+
+    @abc.abstractmethod
+    def begin_tool_call(self, session_id: str, step_id: str, tool_call_id: str) -> None:
+        """Record, durably and before it runs, that an attempt at the step begins the call.
+
+        Beginning a call already recorded changes nothing.
+        """
+
+    @abc.abstractmethod
+    def finish_tool_call(
+        self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
+    ) -> bool:
+        """Record a begun call's outcome (JSON); return whether the call was on record."""
+
+    @abc.abstractmethod
+    def get_tool_calls(self, session_id: str, step_id: str) -> dict[str, ToolCallRecord]:
+        """Return the step's recorded calls by tool call id."""
+
+    @abc.abstractmethod
+    def forget_tool_calls(self, session_id: str, step_id: str) -> int:
+        """Drop the step's records once its commit holds the calls; return how many."""
+
     # Checkpoints
 
     @abc.abstractmethod
@@ -623,6 +647,10 @@ class SessionStateStore(abc.ABC):
     apromote_staging = async_twin(promote_staging)
     arollback_staging = async_twin(rollback_staging)
     aget_staged_changes = async_twin(get_staged_changes)
+    abegin_tool_call = async_twin(begin_tool_call)
+    afinish_tool_call = async_twin(finish_tool_call)
+    aget_tool_calls = async_twin(get_tool_calls)
+    aforget_tool_calls = async_twin(forget_tool_calls)
     aget_checkpoint = async_twin(get_checkpoint)
     alist_checkpoints = async_twin(list_checkpoints)
     aget_latest_checkpoint = async_twin(get_latest_checkpoint)

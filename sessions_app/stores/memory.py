@@ -58,6 +58,7 @@ from sessions_app.stores.types import (
     StepWrites,
     SubSessionRef,
     SubSessionRefUpdate,
+    ToolCallRecord,
     merge_op_from_json,
     merge_op_to_json,
 )
@@ -109,6 +110,8 @@ class InMemorySessionStateStore(SessionStateStore):
         self._queued: dict[str, list[QueuedRun]] = {}
         self._checkpoints: dict[str, list[Checkpoint]] = {}
         self._staged: dict[str, dict[tuple[str, str], StagedChange]] = {}
+        # Per session: (step id, tool call id) -> the outcome, `None` while the call runs.
+        self._tool_calls: dict[str, dict[tuple[str, str], dict[str, Any] | None]] = {}
 
     # Session lifecycle
 
@@ -163,6 +166,7 @@ class InMemorySessionStateStore(SessionStateStore):
             self._sub_session_refs[session_id] = {}
             self._checkpoints[session_id] = []
             self._staged[session_id] = {}
+            self._tool_calls[session_id] = {}
             return self._state_out(session_id)
 
     def rename_session(self, session_id: str, name: str) -> None:
@@ -188,6 +192,7 @@ class InMemorySessionStateStore(SessionStateStore):
             self._sub_session_refs.pop(session_id)
             self._checkpoints.pop(session_id)
             self._staged.pop(session_id)
+            self._tool_calls.pop(session_id)
             for run_id in [r.run_id for r in self._runs.values() if r.session_id == session_id]:
                 del self._runs[run_id]
             self._queued.pop(session_id, None)
@@ -852,6 +857,40 @@ class InMemorySessionStateStore(SessionStateStore):
         with self._lock:
             self._get(session_id)
             return self._mark_staged(session_id, step_id, StagedChangeStatus.ROLLED_BACK)
+
+    def begin_tool_call(self, session_id: str, step_id: str, tool_call_id: str) -> None:
+        rules.check_identifier("step id", step_id)
+        rules.check_identifier("tool call id", tool_call_id)
+        with self._lock:
+            self._get(session_id)
+            self._tool_calls[session_id].setdefault((step_id, tool_call_id), None)
+
+    def finish_tool_call(
+        self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
+    ) -> bool:
+        outcome = _json(outcome)
+        with self._lock:
+            calls = self._tool_calls.get(session_id, {})
+            if (step_id, tool_call_id) not in calls:
+                return False
+            calls[step_id, tool_call_id] = outcome
+            return True
+
+    def get_tool_calls(self, session_id: str, step_id: str) -> dict[str, ToolCallRecord]:
+        with self._lock:
+            return {
+                call_id: ToolCallRecord(tool_call_id=call_id, outcome=_json(outcome))
+                for (step, call_id), outcome in self._tool_calls.get(session_id, {}).items()
+                if step == step_id
+            }
+
+    def forget_tool_calls(self, session_id: str, step_id: str) -> int:
+        with self._lock:
+            calls = self._tool_calls.get(session_id, {})
+            forgotten = [key for key in calls if key[0] == step_id]
+            for key in forgotten:
+                del calls[key]
+            return len(forgotten)
 
     def get_staged_changes(
         self,

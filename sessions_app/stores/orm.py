@@ -63,6 +63,7 @@ from sessions_app.stores.types import (
     SubSessionMode,
     SubSessionRef,
     SubSessionRefUpdate,
+    ToolCallRecord,
     merge_op_from_json,
     merge_op_to_json,
 )
@@ -882,6 +883,34 @@ class ORMSessionStateStore(SessionStateStore):
         with transaction.atomic():
             _lock(session_id, "id")
             return _staged(session_id, step_id).update(status=StagedChangeStatus.ROLLED_BACK)
+
+    def begin_tool_call(self, session_id: str, step_id: str, tool_call_id: str) -> None:
+        rules.check_identifier("step id", step_id)
+        rules.check_identifier("tool call id", tool_call_id)
+        _require(session_id)
+        row = models.ToolCallRecord(
+            session_id=session_id, step_id=step_id, tool_call_id=tool_call_id
+        )
+        models.ToolCallRecord.objects.bulk_create([row], ignore_conflicts=True)
+
+    def finish_tool_call(
+        self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
+    ) -> bool:
+        calls = models.ToolCallRecord.objects.filter(
+            session_id=session_id, step_id=step_id, tool_call_id=tool_call_id
+        )
+        return calls.update(outcome=outcome) > 0
+
+    def get_tool_calls(self, session_id: str, step_id: str) -> dict[str, ToolCallRecord]:
+        rows = models.ToolCallRecord.objects.filter(session_id=session_id, step_id=step_id)
+        return {
+            call_id: ToolCallRecord(tool_call_id=call_id, outcome=outcome)
+            for call_id, outcome in rows.values_list("tool_call_id", "outcome")
+        }
+
+    def forget_tool_calls(self, session_id: str, step_id: str) -> int:
+        calls = models.ToolCallRecord.objects.filter(session_id=session_id, step_id=step_id)
+        return calls.delete()[0]
 
     def get_staged_changes(
         self,

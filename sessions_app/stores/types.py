@@ -284,6 +284,14 @@ class StagedChange:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallRecord:
+    """A tool call an attempt at a step began; `outcome` (JSON) is set once it finished."""
+
+    tool_call_id: str
+    outcome: dict[str, Any] | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointMeta:
     step_id: str
     step_count: int

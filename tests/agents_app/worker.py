@@ -25,10 +25,13 @@ READY_TIMEOUT = 60.0
 class Worker:
     """A Celery worker process group that can be killed, paused and started again."""
 
-    def __init__(self, tmp_path: Path, concurrency: int = 2, **env: str) -> None:
+    def __init__(
+        self, tmp_path: Path, concurrency: int = 2, pool: str = "prefork", **env: str
+    ) -> None:
         self.queue = f"test-{uuid.uuid4().hex[:12]}"
         self.log = tmp_path / f"worker-{self.queue}.log"
         self.concurrency = concurrency
+        self.pool = pool
         self.env = live_env(
             tmp_path,
             # The filesystem broker lives in the var directory: share this process's.
@@ -46,7 +49,7 @@ class Worker:
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
-                 "--concurrency", str(self.concurrency), "--loglevel", "INFO",
+                 "--pool", self.pool, "--concurrency", str(self.concurrency), "--loglevel", "INFO",
                  "--without-mingle", "--without-gossip", "--hostname", f"{self.queue}@%h"],
                 cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Its own process group: kill reaches the pool too.

@@ -47,6 +47,7 @@ from sessions_app.stores.types import (
     SubSessionMode,
     SubSessionRef,
     SubSessionRefUpdate,
+    ToolCallRecord,
 )
 
 
@@ -1560,6 +1561,29 @@ def test_staged_changes_round_trip_and_restaging_replaces(store, session_id):
         dataclasses.replace(change, merge_ops=[ReplaceOp(key="count", value=3)])
     )
     assert staged.checkpoint_id is None
+
+
+def test_tool_calls_are_recorded_begun_then_finished_until_forgotten(store, session_id):
+    outcome = {"result": {"sent": 5}, "isError": False, "ops": []}
+    store.begin_tool_call(session_id, "step-1", "call-1")
+    store.begin_tool_call(session_id, "step-1", "call-2")
+    store.begin_tool_call(session_id, "step-2", "call-1")
+
+    assert store.finish_tool_call(session_id, "step-1", "call-1", outcome)
+    store.begin_tool_call(session_id, "step-1", "call-1")  # Again: the outcome stays.
+    assert not store.finish_tool_call(session_id, "step-1", "call-9", outcome)
+
+    assert store.get_tool_calls(session_id, "step-1") == {
+        "call-1": ToolCallRecord(tool_call_id="call-1", outcome=outcome),
+        "call-2": ToolCallRecord(tool_call_id="call-2", outcome=None),
+    }
+    assert store.forget_tool_calls(session_id, "step-1") == 2
+    assert store.get_tool_calls(session_id, "step-1") == {}
+    assert list(store.get_tool_calls(session_id, "step-2")) == ["call-1"]
+    with pytest.raises(SessionNotFound):
+        store.begin_tool_call("missing", "step-1", "call-1")
+    store.delete_session(session_id)
+    assert store.get_tool_calls(session_id, "step-2") == {}
 
 
 def test_a_call_staged_twice_in_one_batch_keeps_its_last_change(store, session_id):

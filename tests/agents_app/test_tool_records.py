@@ -1,0 +1,129 @@
+"""No tool call runs twice (DESIGN invariant 4): an attempt that takes over a step whose worker
+died replays the calls that finished and reports the one that was running as cut off.
+
+Steps run in this process (`executor.run_step`, as the task calls it); an attempt "dies" by
+raising a `BaseException` out of the step, which leaves its lease unreleased as a crash does.
+"""
+
+import pytest
+from pydantic import BaseModel
+
+from agents_app import executor, services
+from agents_app.definitions import Agent, Tool
+from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
+from agents_app.registry import get_registry
+from agents_app.tool_calls import CUT_OFF
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import MessageRole, SessionStatus
+from sessions_app.usage import get_usage_store
+from streams_app.backends import get_stream_manager
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
+
+EFFECTS: list[str] = []  # Each run of the tool: its call id, as a payment provider would see.
+
+
+class Crash(BaseException):
+    """The worker dies here."""
+
+
+class Payment(BaseModel):
+    amount: int
+
+
+def pay(payment: Payment, ctx) -> dict:
+    EFFECTS.append(ctx.tool_call_id)
+    ctx.state.append("paid", payment.amount)
+    ctx.emit({"paid": payment.amount}, name="payment")
+    ctx.record_usage("payments", "amount", payment.amount)
+    if payment.amount < 0:
+        raise Crash("the worker died inside the tool")
+    return {"paid": payment.amount}
+
+
+def payer(amount: int) -> str:
+    """Register (once) an agent that pays `amount`, then says it is done; return its type."""
+    name = f"payer{amount}".replace("-", "_")
+    if not get_registry().has(name):
+        tool = Tool(name="pay", description="Pay.", input_model=Payment, execute=pay)
+        get_registry().register(Agent(name=name, tools=[tool], initial_state={}))
+        register_script(
+            name,
+            sequence_script(
+                Turn(tool_calls=[ScriptedToolCall(name="pay", arguments={"amount": amount})]),
+                Turn(text="Done."),
+            ),
+        )
+    return name
+
+
+@pytest.fixture(autouse=True)
+def _no_effects():
+    EFFECTS.clear()
+
+
+def start(owner, amount: int) -> tuple[str, str]:
+    started = services.agent_start(user=owner, agent_type=payer(amount), message="Pay.")
+    return started.session_id, started.run_id
+
+
+def run_to_the_end(session_id: str, run_id: str, step: int) -> None:
+    while step is not None:
+        step = executor.run_step(session_id, run_id, step).next_step
+
+
+def tool_results(session_id: str) -> list[str]:
+    messages = get_session_store().get_messages(session_id, limit=100).messages
+    return [m.content for m in messages if m.role == MessageRole.TOOL]
+
+
+def custom_chunks(session_id: str) -> list[dict]:
+    stream_id = get_session_store().load_state(session_id).stream_id
+    return [
+        c.chunk["data"]
+        for c in get_stream_manager().get_all_chunks(stream_id)
+        if c.chunk["type"] == "custom"
+    ]
+
+
+def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(owner, monkeypatch):
+    session_id, run_id = start(owner, 5)
+    finish_step = executor._Attempt._finish_step
+
+    def die_before_the_commit(self, *args):
+        monkeypatch.setattr(executor._Attempt, "_finish_step", finish_step)
+        raise Crash("the worker died after its tools ran")
+
+    monkeypatch.setattr(executor._Attempt, "_finish_step", die_before_the_commit)
+    with pytest.raises(Crash):
+        executor.run_step(session_id, run_id, 1)
+    assert len(EFFECTS) == 1
+
+    run_to_the_end(session_id, run_id, 1)
+
+    state = get_session_store().load_state(session_id)
+    assert state.status == SessionStatus.COMPLETED
+    assert len(EFFECTS) == 1
+    assert state.custom_state == {"paid": [5]}
+    assert tool_results(session_id) == ['{"paid": 5}']
+    assert custom_chunks(session_id) == [{"paid": 5}]  # The dead attempt's chunk went.
+    [metric] = get_usage_store().get_entries(session_id, kinds=["custom"])
+    assert (metric.name, metric.value) == ("amount", 5)
+    assert get_session_store().get_tool_calls(session_id, f"{run_id}:1") == {}
+
+
+def test_a_call_running_when_its_worker_died_is_cut_off_not_run_again(owner):
+    session_id, run_id = start(owner, -1)
+    with pytest.raises(Crash):
+        executor.run_step(session_id, run_id, 1)
+    assert len(EFFECTS) == 1
+
+    run_to_the_end(session_id, run_id, 1)
+
+    state = get_session_store().load_state(session_id)
+    assert state.status == SessionStatus.COMPLETED
+    assert len(EFFECTS) == 1
+    assert state.custom_state == {}  # Its writes died with it.
+    [result] = tool_results(session_id)
+    assert CUT_OFF in result
+    assert custom_chunks(session_id) == []

@@ -1,0 +1,303 @@
+"""Faults in the workers and the database under real Celery workers, PostgreSQL and Redis
+(DESIGN invariants 1, 3 and 4): what runs survives pool processes killed at every phase of a
+step, zombie workers, connections terminated inside the commit, and a step that always kills
+its worker, with nothing lost, repeated or half-written.
+
+The faults are injected inside the worker by `tests.faults.fault_agents`, chosen per session
+by its `fault` metadata. Every run is compared with a clean run of the same script.
+"""
+
+import itertools
+import json
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from agents_app import services
+from agents_app.tool_calls import CUT_OFF
+from sessions_app.stores import get_session_store
+from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus, StagedChangeStatus
+from sessions_app.usage import get_usage_store
+from streams_app.backends import get_stream_manager
+from tests.agents_app.worker import Worker
+from tests.faults import fault_agents
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("backends")]
+
+KILL_RUNS, ZOMBIES, TERMINATIONS = 100, 20, 100
+PHASES = ("before_model", "streaming", "tool", "commit", "after_commit")
+# Chunk fields that differ between two runs of the same script.
+VARYING = {"timestamp", "sessionId", "agentType", "messageId", "toolCallId"}
+TOOL_CHUNKS = {"tool_call_start", "tool_result", "custom"}
+FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED}
+
+
+@pytest.fixture
+def fault_dir(tmp_path) -> Path:
+    path = tmp_path / "faults"
+    path.mkdir()
+    return path
+
+
+def faulty_worker(tmp_path, fault_dir, **options) -> Worker:
+    return Worker(
+        tmp_path,
+        **{
+            "HELIX_AGENTS": "agents_app.demo,tests.faults.fault_agents",
+            "HELIX_FAULT_DIR": str(fault_dir),
+            "STEP_LEASE_SECONDS": "1",
+            "CELERY_VISIBILITY_TIMEOUT": "2",
+            "INTERRUPT_POLL_SECONDS": "0.1",
+            "STEP_ERROR_BACKOFF_SECONDS": "0.05",
+            **options,
+        },
+    )
+
+
+@pytest.fixture
+def worker(tmp_path, fault_dir):
+    running = faulty_worker(tmp_path, fault_dir).start()
+    yield running
+    running.stop()
+
+
+def start(owner, fault: str, agent_type: str = fault_agents.AGENT.name) -> str:
+    metadata = {"fault": fault} if fault else None
+    return services.agent_start(
+        user=owner, agent_type=agent_type, message="Go.", metadata=metadata
+    ).session_id
+
+
+def wait_until_finished(session_ids: list[str], timeout: float) -> None:
+    store, deadline = get_session_store(), time.monotonic() + timeout
+    waiting = list(session_ids)
+    while waiting and time.monotonic() < deadline:
+        waiting = [s for s in waiting if not _finished(store, s)]
+        time.sleep(0.1)
+    assert not waiting, f"{len(waiting)} runs did not finish within {timeout:.0f} s: {waiting[:5]}"
+
+
+def _finished(store, session_id: str) -> bool:
+    state = store.load_state(session_id)
+    return state.status in FINISHED and store.get_current_run(session_id).status in (
+        RunStatus.COMPLETED,
+        RunStatus.FAILED,
+    )
+
+
+def transcript(session_id: str) -> tuple[list, list]:
+    """Return the session's messages and stream log, without what varies between runs."""
+    store = get_session_store()
+    messages = [
+        (m.role, m.content, [(c["name"], c["arguments"]) for c in m.tool_calls], m.name)
+        for m in store.get_messages(session_id, limit=1000).messages
+    ]
+    log = [
+        {key: value for key, value in c.chunk.items() if key not in VARYING}
+        for c in get_stream_manager().get_all_chunks(store.load_state(session_id).stream_id)
+    ]
+    return messages, in_tool_order(log)
+
+
+def in_tool_order(log: list[dict]) -> list[dict]:
+    """Return the log with each stretch of tool chunks sorted: parallel calls interleave."""
+    ordered: list[dict] = []
+    for is_tool, stretch in itertools.groupby(log, key=lambda c: c["type"] in TOOL_CHUNKS):
+        chunks = list(stretch)
+        ordered += sorted(chunks, key=json.dumps) if is_tool else chunks
+    return ordered
+
+
+def effects(fault_dir: Path) -> list[str]:
+    log = fault_dir / "effects.log"
+    return log.read_text().split() if log.exists() else []
+
+
+def call_ids(session_id: str) -> list[str]:
+    messages = get_session_store().get_messages(session_id, limit=1000).messages
+    return [call["id"] for m in messages for call in m.tool_calls]
+
+
+def problems_of(session_id: str, expected, done: list[str], *, cut_off_allowed: bool) -> list:
+    """Return what is wrong with a run that should match the clean `expected` one."""
+    store, found = get_session_store(), []
+    state = store.load_state(session_id)
+    if state.status != SessionStatus.COMPLETED:
+        found.append(f"status {state.status}: {state.error}")
+    messages = store.get_messages(session_id, limit=1000).messages
+    if [m.sequence for m in messages] != list(range(1, len(messages) + 1)):
+        found.append("message sequences are not 1..n")
+    ran = {call: done.count(call) for call in call_ids(session_id)}
+    if any(count > 1 for count in ran.values()):
+        found.append(f"a tool ran twice: {ran}")
+    messages_now, log_now = transcript(session_id)
+    if cut_off_allowed:  # The killed call (and any beside it) may say it was cut off.
+        results = {m.tool_call_id: m.content for m in messages if m.role == MessageRole.TOOL}
+        if any(CUT_OFF not in results[call] and count != 1 for call, count in ran.items()):
+            found.append(f"a call reported done did not run exactly once: {ran}")
+        kept = [m for m in messages_now if m[0] != MessageRole.TOOL]
+        if kept != [m for m in expected[0] if m[0] != MessageRole.TOOL]:
+            found.append("messages differ from a clean run")
+        log_now = [c for c in log_now if c["type"] not in TOOL_CHUNKS]
+        if log_now != [c for c in expected[1] if c["type"] not in TOOL_CHUNKS]:
+            found.append("stream log differs from a clean run")
+        return found
+    if set(ran.values()) != {1}:
+        found.append(f"a tool did not run exactly once: {ran}")
+    if messages_now != expected[0]:
+        found.append("messages differ from a clean run")
+    if log_now != expected[1]:
+        found.append("stream log differs from a clean run")
+    if sorted(state.custom_state["effects"]) != ["a", "b"]:
+        found.append(f"state {state.custom_state}")
+    if [e.step_count for e in get_usage_store().get_entries(session_id, kinds=["tokens"])] != [
+        1,
+        2,
+    ]:
+        found.append("token usage not recorded once per step")
+    if store.get_staged_changes(session_id, status=StagedChangeStatus.STAGED):
+        found.append("staged changes left unpromoted")
+    return found
+
+
+def clean_run(owner) -> str:
+    """Run the script without a fault; return the session."""
+    session_id = start(owner, fault="")
+    wait_until_finished([session_id], timeout=60)
+    return session_id
+
+
+def report(figure, outcomes: dict[str, list], what: str) -> None:
+    """Record the pass figure, then fail with the first problems if any run had one."""
+    passed = sum(not problems for problems in outcomes.values())
+    figure(passed, len(outcomes), what)
+    failing = {session: problems for session, problems in outcomes.items() if problems}
+    assert not failing, dict(itertools.islice(failing.items(), 5))
+
+
+def test_pool_processes_killed_at_every_phase_of_a_step_lose_and_repeat_nothing(
+    worker, owner, fault_dir, figure
+):
+    expected = transcript(clean_run(owner))
+    rng = random.Random(20261124)
+    plans = [
+        f"kill:{phase}@{1 if phase == 'tool' else rng.choice((1, 2))}"
+        for phase in itertools.islice(itertools.cycle(PHASES), KILL_RUNS)
+    ]
+    sessions = {start(owner, plan): plan for plan in plans}
+
+    wait_until_finished(list(sessions), timeout=300)
+
+    struck = {path.name.removeprefix("struck-") for path in fault_dir.glob("struck-*")}
+    assert struck == set(sessions)  # Every planned kill happened.
+    done = effects(fault_dir)
+    report(
+        figure,
+        {
+            session: problems_of(
+                session, expected, done, cut_off_allowed=plan.startswith("kill:tool")
+            )
+            for session, plan in sessions.items()
+        },
+        "runs with a pool process SIGKILLed mid-step completed, nothing lost or repeated",
+    )
+
+
+def test_a_zombie_worker_never_commits(tmp_path, owner, fault_dir, figure):
+    frozen = faulty_worker(tmp_path, fault_dir).start()
+    clean = clean_run(owner)
+    frozen.stop()
+    expected, checkpoints = transcript(clean), len(get_session_store().list_checkpoints(clean))
+    frozen = faulty_worker(tmp_path, fault_dir, concurrency=ZOMBIES, pool="threads")
+    frozen.start()
+    successor = faulty_worker(tmp_path, fault_dir, concurrency=4)
+    successor.queue = frozen.queue
+    successor.env["CELERY_TASK_DEFAULT_QUEUE"] = frozen.queue
+    try:
+        sessions = [start(owner, "zombie@1") for _ in range(ZOMBIES)]
+        deadline = time.monotonic() + 60
+        while len(list(fault_dir.glob("ready-*"))) < ZOMBIES:  # All about to commit.
+            assert time.monotonic() < deadline, "the attempts did not all reach their commit"
+            time.sleep(0.05)
+        frozen.pause()
+        (fault_dir / "go").touch()
+        successor.start()
+        wait_until_finished(sessions, timeout=120)
+        committed = {session: transcript(session) for session in sessions}
+        frozen.resume()
+        wait_for_log(frozen, "was taken over by another worker and did not commit", ZOMBIES)
+
+        done = effects(fault_dir)
+        outcomes = {}
+        for session in sessions:
+            problems = problems_of(session, expected, done, cut_off_allowed=False)
+            if transcript(session) != committed[session]:
+                problems.append("the zombie changed what was committed")
+            if len(get_session_store().list_checkpoints(session)) != checkpoints:
+                problems.append("a checkpoint too many")
+            outcomes[session] = problems
+        report(figure, outcomes, "zombie commits rejected, nothing of them stored")
+    finally:
+        frozen.stop()
+        successor.stop()
+
+
+def wait_for_log(worker: Worker, line: str, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while worker.read_log().count(line) < count:
+        assert time.monotonic() < deadline, f"{worker.read_log().count(line)} of {count}: {line}"
+        time.sleep(0.1)
+
+
+def test_connections_terminated_inside_the_commit_leave_no_partial_state(
+    worker, owner, fault_dir, figure
+):
+    expected = transcript(clean_run(owner))
+    counted = [start(owner, f"count@{step}") for step in (1, 2)]
+    wait_until_finished(counted, timeout=60)
+    statements = {
+        step: int((fault_dir / f"statements-{session}-{step}").read_text())
+        for step, session in zip((1, 2), counted, strict=True)
+    }
+    points = [(n, step) for step in (1, 2) for n in range(1, statements[step] + 1)]
+    plans = [
+        f"terminate:{n}@{step}"
+        for n, step in itertools.islice(itertools.cycle(points), TERMINATIONS)
+    ]
+    sessions = [start(owner, plan) for plan in plans]
+
+    wait_until_finished(sessions, timeout=300)
+
+    struck = {path.name.removeprefix("struck-") for path in fault_dir.glob("struck-*")}
+    assert struck == set(sessions)
+    assert worker.process.poll() is None  # The processes recovered without a restart:
+    assert "WorkerLostError" not in worker.read_log()  # no pool process died either.
+    done = effects(fault_dir)
+    report(
+        figure,
+        {s: problems_of(s, expected, done, cut_off_allowed=False) for s in sessions},
+        f"connections terminated at each of {len(points)} commit statements, no partial state",
+    )
+
+
+def test_a_step_that_always_kills_its_worker_fails_its_run_after_bounded_deliveries(
+    tmp_path, owner, fault_dir, figure
+):
+    poisoned = faulty_worker(tmp_path, fault_dir, STEP_MAX_ABANDONED="2").start()
+    try:
+        session_id = start(owner, "", agent_type=fault_agents.POISON.name)
+        wait_until_finished([session_id], timeout=60)
+        attempts = (fault_dir / "poison.log").read_text().split()
+        time.sleep(3)  # Time for a redelivery loop to show itself, were there one.
+        after = (fault_dir / "poison.log").read_text().split()
+    finally:
+        poisoned.stop()
+
+    state = get_session_store().load_state(session_id)
+    bounded = state.status == SessionStatus.FAILED and len(after) == len(attempts) == 3
+    figure(int(bounded), 1, f"poison step failed its run after {len(after)} deliveries")
+    assert (state.status, state.failure_reason) == (SessionStatus.FAILED, "step_abandoned")
+    assert "left unfinished by 3 attempts" in state.error
+    assert after == attempts == [session_id] * 3
