@@ -159,9 +159,9 @@ async def sse_client(
 ):
     """Read the stream over SSE, resuming with Last-Event-ID after each drop."""
     received = received or Received()
-    url = f"http://127.0.0.1:{daphne.port}/api/sessions/{session_id}/stream"
     async with httpx.AsyncClient(timeout=10, headers={"Cookie": cookie}) as client:
         while received.final is None:
+            url = f"http://127.0.0.1:{daphne.port}/api/sessions/{session_id}/stream"
             budget = random.randint(1, max_per_connection) if max_per_connection else None
             headers = {"Last-Event-ID": str(received.last)} if received.last else {}
             try:
@@ -179,13 +179,16 @@ async def sse_client(
     return received
 
 
-async def assert_got_the_stored_log(session_id: str, *clients: Received) -> None:
+async def assert_got_the_stored_log(
+    session_id: str, *clients: Received, count: int = CHUNKS
+) -> None:
+    """Check that each client got the `count` chunks stored, in order, once, then the end."""
     stored = await database_sync_to_async(get_stream_manager().get_all_chunks)(session_id)
-    assert [c.sequence for c in stored] == list(range(1, CHUNKS + 1))
+    assert [c.sequence for c in stored] == list(range(1, count + 1))
     for received in clients:
         assert received.sequences == [c.sequence for c in stored]
         assert received.chunks == [c.chunk for c in stored]
-        assert received.final == {"type": "end", "finalOutput": {"chunks": CHUNKS}}
+        assert received.final == {"type": "end", "finalOutput": {"chunks": count}}
 
 
 async def test_clients_dropping_at_random_and_resuming_miss_nothing(
