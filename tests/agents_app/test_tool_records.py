@@ -67,9 +67,19 @@ def start(owner, amount: int) -> tuple[str, str]:
     return started.session_id, started.run_id
 
 
-def run_to_the_end(session_id: str, run_id: str, step: int) -> None:
+def die_then_take_over(session_id: str, run_id: str):
+    """Let step 1's attempt die, run the run to its end as the next worker would, and return
+    the session, checking that the tool ran once across both attempts."""
+    with pytest.raises(Crash):
+        executor.run_step(session_id, run_id, 1)
+    assert len(EFFECTS) == 1
+    step = 1
     while step is not None:
         step = executor.run_step(session_id, run_id, step).next_step
+    state = get_session_store().load_state(session_id)
+    assert state.status == SessionStatus.COMPLETED
+    assert len(EFFECTS) == 1
+    return state
 
 
 def tool_results(session_id: str) -> list[str]:
@@ -95,15 +105,9 @@ def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(o
         raise Crash("the worker died after its tools ran")
 
     monkeypatch.setattr(executor._Attempt, "_finish_step", die_before_the_commit)
-    with pytest.raises(Crash):
-        executor.run_step(session_id, run_id, 1)
-    assert len(EFFECTS) == 1
 
-    run_to_the_end(session_id, run_id, 1)
+    state = die_then_take_over(session_id, run_id)
 
-    state = get_session_store().load_state(session_id)
-    assert state.status == SessionStatus.COMPLETED
-    assert len(EFFECTS) == 1
     assert state.custom_state == {"paid": [5]}
     assert tool_results(session_id) == ['{"paid": 5}']
     assert custom_chunks(session_id) == [{"paid": 5}]  # The dead attempt's chunk went.
@@ -114,15 +118,9 @@ def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(o
 
 def test_a_call_running_when_its_worker_died_is_cut_off_not_run_again(owner):
     session_id, run_id = start(owner, -1)
-    with pytest.raises(Crash):
-        executor.run_step(session_id, run_id, 1)
-    assert len(EFFECTS) == 1
 
-    run_to_the_end(session_id, run_id, 1)
+    state = die_then_take_over(session_id, run_id)
 
-    state = get_session_store().load_state(session_id)
-    assert state.status == SessionStatus.COMPLETED
-    assert len(EFFECTS) == 1
     assert state.custom_state == {}  # Its writes died with it.
     [result] = tool_results(session_id)
     assert CUT_OFF in result
