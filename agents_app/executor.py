@@ -687,8 +687,6 @@ class _Attempt:
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         with transaction.atomic():
-            if outcomes:  # The commit holds them now.
-                self.store.forget_tool_calls(self.session_id, self.step_id)
             if changes:
                 self.store.stage_changes(self.session_id, self.step_id, changes)
             committed = self.store.save_state_and_promote_staging(
@@ -704,6 +702,8 @@ class _Attempt:
                 expected_version=self.state.version,
                 release_lease_of=self.holder,
             )
+            if outcomes:  # The commit holds them now; the session's row is locked first.
+                self.store.forget_tool_calls(self.session_id, self.step_id)
             get_usage_store().record_entries(self._usage(reply, outcomes))
             if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
                 stored = AgentState(state=custom_state, version=committed.new_version)

@@ -21,6 +21,7 @@ from agents_app.hooks import AgentHooks
 from agents_app.inputs import input_messages
 from agents_app.launch import StartedRun, begin_run
 from agents_app.registry import AgentFactoryContext, get_registry, session_agent
+from sessions_app.retries import retried_on_conflict
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
@@ -119,29 +120,36 @@ def agent_start(
     }
     execution.before(hooks.before_start, body, session_id if existing else None)
     policy = launch.concurrency_policy()
-    with transaction.atomic():
-        state = session_for_user(session_id=session_id, user=user) if existing else None
-        if state is None:
-            state = _create_session(
-                agent,
-                session_id,
-                agent_type=agent_type,
-                user=user,
-                user_id=user_id,
-                tags=tags,
-                metadata=metadata,
-            )
-        elif state.agent_type != agent_type:
-            raise AgentTypeMismatch(state.session_id, state.agent_type, agent_type)
-        elif state.aborted or state.status not in STARTABLE:
-            raise RunNotActive(state.session_id, state.status, "start a run of")
-        elif control.is_running(state.session_id):
-            if policy == "reject":
-                raise RunNotActive(state.session_id, "running", "start a run of")
-            if queued := launch.queue_run(state, run_id, message):
-                return queued
-            state = session_for_user(session_id=session_id, user=user)  # Its run just ended.
-        started = begin_run(state, run_id, messages)
+
+    @retried_on_conflict
+    def begin() -> StartedRun:
+        with transaction.atomic():
+            state = session_for_user(session_id=session_id, user=user) if existing else None
+            if state is None:
+                state = _create_session(
+                    agent,
+                    session_id,
+                    agent_type=agent_type,
+                    user=user,
+                    user_id=user_id,
+                    tags=tags,
+                    metadata=metadata,
+                )
+            elif state.agent_type != agent_type:
+                raise AgentTypeMismatch(state.session_id, state.agent_type, agent_type)
+            elif state.aborted or state.status not in STARTABLE:
+                raise RunNotActive(state.session_id, state.status, "start a run of")
+            elif control.is_running(state.session_id):
+                if policy == "reject":
+                    raise RunNotActive(state.session_id, "running", "start a run of")
+                if queued := launch.queue_run(state, run_id, message):
+                    return queued
+                state = session_for_user(session_id=session_id, user=user)  # Its run just ended.
+            return begin_run(state, run_id, messages)
+
+    started = begin()
+    if started.queued:  # It begins when the running run ends.
+        return started
     execution.after(hooks.after_start, started, agent_type)
     return started
 
@@ -173,16 +181,22 @@ def agent_resume(
         }
     }
     execution.before(hooks.before_resume, body, session_id)
-    with transaction.atomic():
-        state = session_for_user(session_id=session_id, user=user)
-        if state.aborted or state.status not in RESUMABLE or control.is_running(session_id):
-            raise RunNotActive(session_id, state.status, "resume")
-        state = _restored(state, mode, checkpoint_id)
-        if modify_state:
-            state = replace(state, custom_state={**(state.custom_state or {}), **modify_state})
-        previous = store.get_current_run(session_id)
-        started = begin_run(state, uuid.uuid4().hex, messages)
-        _announce_resume(state, started.run_id, previous.run_id if previous else None)
+
+    @retried_on_conflict
+    def begin() -> tuple[SessionState, StartedRun]:
+        with transaction.atomic():
+            state = session_for_user(session_id=session_id, user=user)
+            if state.aborted or state.status not in RESUMABLE or control.is_running(session_id):
+                raise RunNotActive(session_id, state.status, "resume")
+            state = _restored(state, mode, checkpoint_id)
+            if modify_state:
+                state = replace(state, custom_state={**(state.custom_state or {}), **modify_state})
+            previous = store.get_current_run(session_id)
+            started = begin_run(state, uuid.uuid4().hex, messages)
+            _announce_resume(state, started.run_id, previous.run_id if previous else None)
+        return state, started
+
+    state, started = begin()
     execution.after(hooks.after_resume, started, state.agent_type)
     return started
 
@@ -191,16 +205,23 @@ def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
     """Run a failed session again, in a new run, from its last checkpoint."""
     hooks = _hooks(session_for_user(session_id=session_id, user=user))
     execution.before(hooks.before_retry, {"sessionId": session_id}, session_id)
-    with transaction.atomic():
-        state = session_for_user(session_id=session_id, user=user)
-        if state.aborted or state.status != SessionStatus.FAILED or control.is_running(session_id):
-            raise RunNotActive(session_id, state.status, "retry")
-        checkpoint = get_session_store().get_latest_checkpoint(session_id)
-        if checkpoint is not None:
-            state = _at_checkpoint(state, checkpoint)
-        previous = get_session_store().get_current_run(session_id)
-        started = begin_run(state, uuid.uuid4().hex, [])
-        _announce_resume(state, started.run_id, previous.run_id if previous else None)
+
+    @retried_on_conflict
+    def begin() -> tuple[SessionState, StartedRun]:
+        with transaction.atomic():
+            state = session_for_user(session_id=session_id, user=user)
+            failed = state.status == SessionStatus.FAILED
+            if state.aborted or not failed or control.is_running(session_id):
+                raise RunNotActive(session_id, state.status, "retry")
+            checkpoint = get_session_store().get_latest_checkpoint(session_id)
+            if checkpoint is not None:
+                state = _at_checkpoint(state, checkpoint)
+            previous = get_session_store().get_current_run(session_id)
+            started = begin_run(state, uuid.uuid4().hex, [])
+            _announce_resume(state, started.run_id, previous.run_id if previous else None)
+        return state, started
+
+    state, started = begin()
     execution.after(hooks.after_retry, started, state.agent_type)
     return started
 
