@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import admin, memory, peers, reaping, state, steps, stores, streams
+    from bench import admin, memory, peers, reaping, scaleout, state, steps, stores, streams
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "streams": streams,
                 "state": state,
                 "steps": steps,
+                "scaleout": scaleout,
                 "memory": memory,
                 "reaping": reaping,
                 "admin": admin,
@@ -137,7 +138,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         action="append",
-        choices=("stores", "streams", "state", "steps", "memory", "reaping", "admin", "peers"),
+        choices=(
+            "stores",
+            "streams",
+            "state",
+            "steps",
+            "scaleout",
+            "memory",
+            "reaping",
+            "admin",
+            "peers",
+        ),
         help="run only this benchmark (repeatable); all by default",
     )
     parser.add_argument(

@@ -45,7 +45,7 @@ from bench.live import (
     redis_subscriber,
 )
 from bench.raw import connect
-from bench.streams import _daphne_env
+from bench.streams import daphne_env
 from sessions_app.stores import get_session_store
 
 LEGEND = (
@@ -327,7 +327,7 @@ def _stage() -> Iterator[Stage]:
     client = Client()
     client.force_login(owner)
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
-    env = {**_daphne_env(connection.settings_dict), "HELIX_AGENTS": "bench.agents"}
+    env = {**daphne_env(connection.settings_dict), "HELIX_AGENTS": "bench.agents"}
     with (
         daphne(env) as server,
         connect(connection.settings_dict, like_django=False) as raw,

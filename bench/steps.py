@@ -55,7 +55,7 @@ def run(options: Options) -> Iterator[Table]:
     with (
         connect(connection.settings_dict, like_django=False) as raw,
         FloorTables(raw) as floor,
-        _workers() as logs,
+        workers() as logs,
     ):
         commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
         _steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
@@ -166,7 +166,7 @@ def _raw_commit_ms(commit: Stepper, count: int) -> float:
 
 
 @contextlib.contextmanager
-def _workers() -> Iterator[list[Path]]:
+def workers() -> Iterator[list[Path]]:
     """Run the worker processes on a queue of their own until the block exits."""
     queue = f"bench-{uuid.uuid4().hex[:12]}"
     previous_queue = app.conf.task_default_queue

@@ -166,7 +166,7 @@ def _live() -> Iterator[Live]:
     client.force_login(owner)
     cookie = f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
     with (
-        daphne(_daphne_env(connection.settings_dict)) as server,
+        daphne(daphne_env(connection.settings_dict)) as server,
         connect(connection.settings_dict, like_django=True) as raw_connection,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="bench-writer") as executor,
     ):
@@ -183,7 +183,7 @@ def _live() -> Iterator[Live]:
             executor.submit(connections.close_all).result()
 
 
-def _daphne_env(database: dict[str, Any]) -> dict[str, str]:
+def daphne_env(database: dict[str, Any]) -> dict[str, str]:
     """Return Daphne's environment: the throwaway database, Redis, DEBUG, default hosts.
 
     Daphne pools its database connections, as in production: without a pool every

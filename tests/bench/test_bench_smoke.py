@@ -23,9 +23,15 @@ DELIVERY_TITLES = (
 )
 
 
+@pytest.fixture(scope="module")
+def live_parts() -> subprocess.CompletedProcess[str]:
+    """One quick run of the parts that start Daphne and workers, which two tests read."""
+    return _quick_bench("stores", "streams", "steps", "scaleout")
+
+
 @pytest.mark.postgres
-def test_quick_bench_prints_ratios() -> None:
-    result = _quick_bench("stores", "streams", "steps")
+def test_quick_bench_prints_ratios(live_parts) -> None:
+    result = live_parts
     for title in (
         "append_messages, batch of 1 ",
         "append_messages, batch of 100 ",
@@ -47,6 +53,16 @@ def test_quick_bench_prints_ratios() -> None:
     for metric in ("steps/s, 1", "steps/s, 50"):  # Against the raw floor and raw commits.
         assert re.search(RATIO_ROW.format(metric=metric), result.stdout, re.M), result.stdout
     assert re.search(STRICT_ROW.format(metric="ms per step"), result.stdout, re.M), result.stdout
+
+
+@pytest.mark.postgres
+def test_quick_scaleout_completes_every_run_and_checks_every_transcript(live_parts) -> None:
+    result = live_parts
+    assert "Scale-out: 20 sessions over 2 Daphne and 2 Celery worker processes" in result.stdout
+    # The run stops unless every client got exactly its session's stored log.
+    assert "every client's transcript equalled the stored log (20 of 20)" in result.stdout
+    for metric in ("runs/s", "steps/s", "chunks/s", "p50 ms", "p99 ms"):
+        assert re.search(VALUE_ROW.format(metric=metric), result.stdout, re.M), result.stdout
 
 
 @pytest.mark.postgres
