@@ -25,8 +25,17 @@ run: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py serve
 
+# The tests on TEST_WORKERS xdist workers, each file's on one worker and the longest files first
+# (tests/conftest.py), then the tests marked `alone` by themselves; both parts run, and either
+# failing fails the target. TEST_WORKERS=0 runs the first part in this process too. Exit status 5
+# is pytest's "no tests selected": PYTEST_ARGS may pick tests of one part only.
+TEST_WORKERS ?= 3
 test: $(BIN)/.installed $(JS_TESTS)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@status=0; \
+	(set -x; $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--alone=exclude $(PYTEST_ARGS)) || [ $$? -eq 5 ] || status=1; \
+	(set -x; $(BIN)/python -m pytest --alone=only $(PYTEST_ARGS)) || [ $$? -eq 5 ] || status=1; \
+	exit $$status
 
 # The peers the benchmark compares with, in a virtualenv of their own (their pins conflict).
 PEERS := bench/.venv-peers

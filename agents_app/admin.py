@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
 
+import agents_app.mcp.admin  # noqa: F401  (the admin of the MCP servers sessions add)
 from agents_app.operations import sessions_delete, sessions_interrupt, sessions_mark_failed
 from agents_app.reaping import reap_expired_sessions
 from agents_app.registry import get_registry

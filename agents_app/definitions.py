@@ -1,6 +1,9 @@
 """Agent and tool definitions (reference 001 `defineAgent` / `defineTool`), in Python.
 
-A tool's input is a pydantic model; its JSON schema, from pydantic, is what the model sees.
+A tool's input is a pydantic model; its JSON schema, from pydantic, is what the model sees. A tool
+whose schema comes from elsewhere (an MCP server's) gives `input_schema` instead: the model sees
+that schema as it is, and the arguments reach `execute` as a `SchemaInput`, unchecked beyond being
+an object (the tool's server checks them).
 
 How a run finishes (the executor enforces it; these are the pieces):
 
@@ -15,14 +18,15 @@ How a run finishes (the executor enforces it; these are the pieces):
 import copy
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agents_app.hooks import AgentHooks
+from agents_app.mcp.servers import McpServer
 from agents_app.memory import AgentMemory
 from agents_app.state import StateDraft, json_copy
 from agents_app.state_sync import StateSync
@@ -91,13 +95,20 @@ class ToolContext(Protocol):
 ToolFunction = Callable[[Any, ToolContext], Any]
 
 
+class SchemaInput(BaseModel):
+    """The input of a tool defined by a JSON schema: any object; `model_dump()` gives it back."""
+
+    model_config = ConfigDict(extra="allow")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Tool:
     """A tool the model may call.
 
     `execute(input, ctx)` receives an instance of `input_model` and a `ToolContext`; it may be
-    sync or async. What it returns must have a JSON form (pydantic models are dumped); with an
-    `output_model`, it must also validate as one.
+    sync or async; given `input_schema` (the JSON schema of an object) instead of an
+    `input_model`, it receives a `SchemaInput`. What it returns must have a JSON form (pydantic
+    models are dumped); with an `output_model`, it must also validate as one.
 
     Two kinds of tool stop the run until a person acts (the run suspends; no worker waits):
     a client tool (`client=True`, no `execute`) is run by the client, which submits its result;
@@ -108,7 +119,8 @@ class Tool:
 
     name: str
     description: str
-    input_model: type[BaseModel]
+    input_model: type[BaseModel] | None = None
+    input_schema: Mapping[str, Any] | None = field(default=None, hash=False)
     execute: ToolFunction | None = None
     output_model: type[BaseModel] | None = None
     client: bool = False
@@ -118,7 +130,19 @@ class Tool:
 
     def __post_init__(self) -> None:
         _check_name("Tool", self.name)
-        _check_model(f"Tool {self.name!r}: input_model", self.input_model)
+        if self.input_schema is None:
+            _check_model(f"Tool {self.name!r}: input_model", self.input_model)
+        elif self.input_model is not None:
+            raise InvalidDefinition(f"Tool {self.name!r}: give input_model or input_schema.")
+        elif (
+            not isinstance(self.input_schema, Mapping) or self.input_schema.get("type") != "object"
+        ):
+            raise InvalidDefinition(
+                f"Tool {self.name!r}: input_schema must be the JSON schema of an object."
+            )
+        else:
+            object.__setattr__(self, "input_schema", copy.deepcopy(dict(self.input_schema)))
+            object.__setattr__(self, "input_model", SchemaInput)
         if self.output_model is not None:
             _check_model(f"Tool {self.name!r}: output_model", self.output_model)
         if self.client or self.sub_agent is not None:
@@ -139,6 +163,8 @@ class Tool:
 
     def json_schema(self) -> dict[str, Any]:
         """Return the JSON schema of the tool's input, as sent to the model."""
+        if self.input_schema is not None:
+            return copy.deepcopy(dict(self.input_schema))
         return self.input_model.model_json_schema()
 
     def parse_input(self, arguments: Mapping[str, Any]) -> BaseModel:
@@ -187,7 +213,9 @@ class Agent:
     free-form adapter configuration (model, temperature, ...). With `persistent_agents` (agent
     types), the agent also gets the companion tools that spawn, message, watch and stop
     persistent children of those types (`agents_app.companions`). With `memory`, it gets
-    context blocks, their tools and compaction (`agents_app.memory`).
+    context blocks, their tools and compaction (`agents_app.memory`). With `mcp_servers`, it gets
+    the tools of those MCP servers; with `mcp_session_servers`, each of its sessions may add
+    servers of its own while it lives (`agents_app.mcp`).
     """
 
     name: str
@@ -202,6 +230,8 @@ class Agent:
     persistent_agents: tuple[str, ...] = ()
     memory: AgentMemory | None = None
     state_sync: StateSync = field(default_factory=StateSync)
+    mcp_servers: Sequence[McpServer] = ()
+    mcp_session_servers: bool = False
     _output_tool: Tool | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -229,6 +259,7 @@ class Agent:
             except ValueError as error:
                 raise InvalidDefinition(str(error)) from None
         self._check_tools(where)
+        self._check_mcp_servers(where)
         if self.output_schema is not None:
             _check_model(f"{where}: output_schema", self.output_schema)
             object.__setattr__(self, "_output_tool", output_tool(self.output_schema))
@@ -248,6 +279,21 @@ class Agent:
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise InvalidDefinition(f"{where} has several tools named {', '.join(duplicates)}.")
+
+    def _check_mcp_servers(self, where: str) -> None:
+        if isinstance(self.mcp_servers, McpServer | str | Mapping):
+            raise InvalidDefinition(f"{where}: mcp_servers must be a list of McpServer.")
+        servers = tuple(self.mcp_servers)
+        for server in servers:
+            if not isinstance(server, McpServer):
+                raise InvalidDefinition(f"{where}: {server!r} is not an McpServer.")
+        names = [server.name for server in servers]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise InvalidDefinition(
+                f"{where} has several MCP servers named {', '.join(duplicates)}."
+            )
+        object.__setattr__(self, "mcp_servers", servers)
 
     def render_system_prompt(self, state: Mapping[str, Any] | None) -> str:
         """Return the system prompt for the agent's custom state."""

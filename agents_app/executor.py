@@ -21,6 +21,7 @@ checkpoint and usage in one transaction, with the run's last chunk and the end o
 when the run finishes.
 """
 
+import contextlib
 import json
 import logging
 import time
@@ -47,11 +48,13 @@ from agents_app.llm.base import (
     Usage,
     build_adapter,
 )
+from agents_app.mcp.tools import mcp_tools
 from agents_app.registry import AgentFactoryContext, get_registry
 from agents_app.session_memory import memory_tools, session_memory
 from agents_app.state import StateDraft
 from agents_app.tool_calls import StepScope, ToolOutcome, run_tool_calls
 from agents_app.watcher import StepWatch
+from sessions_app.connections import release_connection
 from sessions_app.errors import SessionNotFound, VersionConflict
 from sessions_app.stores import get_session_store
 from sessions_app.stores.base import SessionStateStore
@@ -72,7 +75,7 @@ from sessions_app.usage import get_usage_store
 from sessions_app.usage.types import CustomEntry, TokenCounts, TokensEntry, ToolEntry, UsageEntry
 from streams_app import chunks
 from streams_app.backends import get_stream_manager
-from streams_app.backends.base import StreamWriter
+from streams_app.backends.batching import BatchedWriter
 from streams_app.errors import WriterSuperseded
 
 logger = logging.getLogger(__name__)
@@ -84,16 +87,47 @@ class LeaseLost(Exception):
 
 @dataclass(frozen=True)
 class StepOutcome:
-    """What the task does after a step: nothing, enqueue `next_step`, or retry later."""
+    """What the task does after a step: nothing, go on with `next_step`, or retry later.
+
+    With a `next_step`, `holder` still holds the session's lease: the run goes on under it,
+    in this task or, once the task has handed the next step to the broker, after
+    `hand_over` releases it.
+    """
 
     next_step: int | None = None
     retry_after: float | None = None
+    holder: str | None = None
 
 
-def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
-    """Run step `step` of the run, or do what a redelivery of it requires."""
-    store = get_session_store()
+def run_steps(session_id: str, run_id: str, step: int, *, time_slice: float) -> StepOutcome:
+    """Run the run's steps from `step` on, one durable commit each, for about `time_slice`.
+
+    Return the outcome of the last step run: the task hands its `next_step` to the broker,
+    so a long run takes turns with the others rather than keeping a worker to itself.
+    """
     holder = uuid.uuid4().hex
+    ends_at = time.monotonic() + time_slice
+    while True:
+        outcome = run_step(session_id, run_id, step, holder=holder)
+        if outcome.next_step is None or time.monotonic() >= ends_at:
+            return outcome
+        step = outcome.next_step
+
+
+def hand_over(session_id: str, holder: str) -> None:
+    """Release the lease a run kept between steps, once its next step is with the broker."""
+    with contextlib.suppress(SessionNotFound):
+        get_session_store().release_lease(session_id, holder)
+
+
+def run_step(session_id: str, run_id: str, step: int, *, holder: str) -> StepOutcome:
+    """Run step `step` of the run as `holder`, or do what a redelivery of it requires.
+
+    A step its run committed already is done with, unless the lease says that its holder
+    died since (it never released it): that holder may have died before handing the next
+    step on, so this attempt runs it.
+    """
+    store = get_session_store()
     try:
         claim = store.claim_step(session_id, holder, conf.step_lease_seconds())
     except SessionNotFound:
@@ -101,11 +135,11 @@ def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
     if claim is None:  # Another attempt runs it; if that worker died, its lease runs out.
         return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
     lease = claim.lease
-    state, run = _current(store, claim.state, run_id)
-    if state is None or state.step_count >= step:  # Ended, or a redelivery of a committed step.
+    state, run = _current(claim.state, claim.run, run_id)
+    if state is not None and state.step_count >= step and lease.taken_over:
+        step = state.step_count + 1  # The run goes on where its dead holder left it.
+    elif state is None or state.step_count >= step:  # Ended, or a step committed already.
         store.release_lease(session_id, holder, clean=not lease.taken_over)
-        if state is not None and state.step_count == step:  # Its attempt died before enqueuing.
-            return StepOutcome(next_step=step + 1)
         return StepOutcome()
     attempt = _Attempt(store, state, run, step, holder)
     if lease.abandoned > conf.step_max_abandoned():
@@ -128,8 +162,10 @@ def run_step(session_id: str, run_id: str, step: int) -> StepOutcome:
         raise
 
 
-def fail_run(session_id: str, run_id: str, step: int, message: str) -> bool:
-    """Fail the run at `step` after it kept failing; return whether it was failed now.
+def fail_run(
+    session_id: str, run_id: str, step: int, message: str, *, failure_reason: str = "step_error"
+) -> bool:
+    """Fail the run at `step` after it kept failing or stalling; return whether it was failed now.
 
     It waits for no one: if another attempt holds the lease, that attempt decides.
     """
@@ -138,20 +174,19 @@ def fail_run(session_id: str, run_id: str, step: int, message: str) -> bool:
     claim = store.claim_step(session_id, holder, conf.step_lease_seconds())
     if claim is None:
         return False
-    state, run = _current(store, claim.state, run_id)
+    state, run = _current(claim.state, claim.run, run_id)
     if state is None or state.step_count >= step:
         store.release_lease(session_id, holder, clean=not claim.lease.taken_over)
         return False
     attempt = _Attempt(store, state, run, step, holder)
-    attempt.fail(attempt.open_writer(), message, failure_reason="step_error")
+    attempt.fail(attempt.open_writer(), message, failure_reason=failure_reason)
     return True
 
 
 def _current(
-    store: SessionStateStore, state: SessionState, run_id: str
+    state: SessionState, run: RunRecord | None, run_id: str
 ) -> tuple[SessionState | None, RunRecord | None]:
-    """Return the session and run if the run is the session's current, running one."""
-    run = store.get_current_run(state.session_id)
+    """Return the session and its current run if that is the run, and running."""
     if run is None or run.run_id != run_id or run.status != RunStatus.RUNNING:
         return None, None
     if state.status != SessionStatus.ACTIVE:
@@ -217,6 +252,7 @@ class _Attempt:
                 *self.agent.all_tools(),
                 *companions.companion_tools(self.agent),
                 *remembering,
+                *mcp_tools(self.agent, state),
             ]
         }
 
@@ -255,16 +291,20 @@ class _Attempt:
             return self._suspend(writer, reply, outcomes, held)
         return self._finish_step(writer, reply, outcomes)
 
-    def open_writer(self) -> StreamWriter:
+    def open_writer(self) -> BatchedWriter:
         """Open the step's exclusive writer, which fences off any earlier attempt's."""
-        return self.streams.create_writer(
-            self.state.stream_id, self.run_record.run_id, self.state.agent_type, exclusive=True
+        return BatchedWriter(
+            self.streams.create_writer(
+                self.state.stream_id, self.run_record.run_id, self.state.agent_type, exclusive=True
+            )
         )
 
     # Recovery
 
     def _recover(self) -> None:
         """Undo what a dead attempt at this step left behind."""
+        # Fence its writer off first, so none of its queued chunks lands after the cleanup.
+        self.open_writer()
         self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
         checkpoint = self.store.get_latest_checkpoint(self.session_id)
         kept = checkpoint.message_count if checkpoint is not None else None
@@ -275,7 +315,7 @@ class _Attempt:
 
     # The model
 
-    def _call_model(self, writer: StreamWriter, watch: StepWatch) -> _Reply:
+    def _call_model(self, writer: BatchedWriter, watch: StepWatch) -> _Reply:
         """Stream the model's reply to the stream, retrying retryable errors with backoff."""
         measured = self._compact(writer)
         request = LLMRequest(
@@ -289,6 +329,7 @@ class _Attempt:
             temperature=self.agent.llm.get("temperature"),
         )
         adapter = build_adapter(self.adapter_context, self.agent.llm)
+        release_connection()  # The model is slow: the connection serves other steps meanwhile.
         retries, retried = conf.llm_max_retries(), 0
         while True:
             try:
@@ -298,11 +339,13 @@ class _Attempt:
                     raise
                 logger.warning("LLM call failed (%s); retry %d of %d", error, retried + 1, retries)
                 # The failed attempt's deltas go; the retry streams the reply afresh.
-                self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
+                with writer.held():
+                    writer.flush()
+                    self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
                 time.sleep(conf.llm_retry_backoff_seconds() * 2**retried)
                 retried += 1
 
-    def _stream_reply(self, adapter, request: LLMRequest, writer: StreamWriter, watch) -> _Reply:
+    def _stream_reply(self, adapter, request: LLMRequest, writer: BatchedWriter, watch) -> _Reply:
         text: list[str] = []
         calls: list[ToolCall] = []
         usage: list[Usage] = []
@@ -334,7 +377,7 @@ class _Attempt:
             return own
         return "\n\n".join(part for part in (own, self.memory.freeze_system_prompt()) if part)
 
-    def _compact(self, writer: StreamWriter) -> list[Message] | None:
+    def _compact(self, writer: BatchedWriter) -> list[Message] | None:
         """Compact the branch if it is past the agent's `compact_after`; report a failure.
 
         Return the active branch if measuring it read it and nothing changed it since.
@@ -370,14 +413,14 @@ class _Attempt:
     # Tools
 
     def _run_tools(
-        self, reply: _Reply, writer: StreamWriter, held: list[ToolCall]
+        self, reply: _Reply, writer: BatchedWriter, held: list[ToolCall]
     ) -> list[ToolOutcome]:
         """Run the reply's server tool calls; the `held` ones wait for a person or a child."""
         held_ids = {call.id for call in held}
         calls = [c for c in reply.tool_calls if c.name != OUTPUT_TOOL_NAME and c.id not in held_ids]
         return run_tool_calls(self.tools, calls, self._scope(writer), self.state.custom_state)
 
-    def _scope(self, writer: StreamWriter) -> StepScope:
+    def _scope(self, writer: BatchedWriter) -> StepScope:
         return StepScope(
             session_id=self.session_id,
             run_id=self.run_record.run_id,
@@ -411,7 +454,7 @@ class _Attempt:
 
     def _suspend(
         self,
-        writer: StreamWriter,
+        writer: BatchedWriter,
         reply: _Reply,
         outcomes: list[ToolOutcome],
         held: list[ToolCall],
@@ -439,38 +482,44 @@ class _Attempt:
             reason, status = "step_partial", SessionStatus.SUSPENDED_STEP_PARTIAL
         else:
             reason, status = "client_tool", SessionStatus.SUSPENDED_CLIENT_TOOL
-        with transaction.atomic():
-            for call in held:
-                fields = {"tool_call_id": call.id, "tool_name": call.name, "input": call.arguments}
-                writer.write(self._chunk(chunks.ToolCallStart, **fields))
-                if pending.get(call.id, {}).get("kind") == "approval":
-                    writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
-            awaited = {
-                call.id: {**self._await_child(writer, call), "order": order[call.id]}
-                for call in children
-            }
-            writer.write(
-                self._chunk(
-                    chunks.RunSuspended,
-                    reason=reason,
-                    pending_tool_call_ids=[call.id for call in held],
+        with writer.held():
+            writer.flush()  # What it streamed is stored first: the transaction holds the rest.
+            with transaction.atomic():
+                for call in held:
+                    fields = {
+                        "tool_call_id": call.id,
+                        "tool_name": call.name,
+                        "input": call.arguments,
+                    }
+                    writer.write(self._chunk(chunks.ToolCallStart, **fields))
+                    if pending.get(call.id, {}).get("kind") == "approval":
+                        writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
+                awaited = {
+                    call.id: {**self._await_child(writer, call), "order": order[call.id]}
+                    for call in children
+                }
+                writer.write(
+                    self._chunk(
+                        chunks.RunSuspended,
+                        reason=reason,
+                        pending_tool_call_ids=[call.id for call in held],
+                    )
                 )
-            )
-            self._commit(
-                writer,
-                self._step_messages(reply, outcomes),
-                outcomes,
-                reply,
-                status,
-                pending=pending,
-                awaited=awaited,
-            )
-            self.store.update_run_status(
-                self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
-            )
+                self._commit(
+                    writer,
+                    self._step_messages(reply, outcomes),
+                    outcomes,
+                    reply,
+                    status,
+                    pending=pending,
+                    awaited=awaited,
+                )
+                self.store.update_run_status(
+                    self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
+                )
         return StepOutcome()
 
-    def _await_child(self, writer: StreamWriter, call: ToolCall) -> dict[str, Any]:
+    def _await_child(self, writer: BatchedWriter, call: ToolCall) -> dict[str, Any]:
         """Start (or, for a companion wait, find) the child a held call waits for."""
         tool = self.tools[call.name]
         if tool.sub_agent is not None:
@@ -479,7 +528,7 @@ class _Attempt:
             child = companions.awaited_child(call, self.state)
         return subagents.await_child(self.state, writer, call, child)
 
-    def _drain(self, writer: StreamWriter) -> list[ToolOutcome]:
+    def _drain(self, writer: BatchedWriter) -> list[ToolOutcome]:
         """Return the suspended step's calls as outcomes of what people and children gave.
 
         Approved calls run now (their start was announced when the run suspended); client
@@ -537,7 +586,7 @@ class _Attempt:
     # Ending the step
 
     def _finish_step(
-        self, writer: StreamWriter, reply: _Reply, outcomes: list[ToolOutcome]
+        self, writer: BatchedWriter, reply: _Reply, outcomes: list[ToolOutcome]
     ) -> StepOutcome:
         agent = self.agent
         output_call = next((c for c in reply.tool_calls if c.name == OUTPUT_TOOL_NAME), None)
@@ -553,8 +602,8 @@ class _Attempt:
             return self._fail(
                 writer, messages, outcomes, reply, f"Reached the limit of {agent.max_steps} steps."
             )
-        self._commit(writer, messages, outcomes, reply, SessionStatus.ACTIVE)
-        return StepOutcome(next_step=self.step + 1)
+        self._commit(writer, messages, outcomes, reply, SessionStatus.ACTIVE, keep_lease=True)
+        return StepOutcome(next_step=self.step + 1, holder=self.holder)
 
     def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
         with self._ending(writer, RunStatus.COMPLETED, output=output):
@@ -571,9 +620,11 @@ class _Attempt:
         self._recover()
         return self.fail(self.open_writer(), message, failure_reason="step_abandoned")
 
-    def fail(self, writer: StreamWriter, message: str, *, failure_reason: str) -> StepOutcome:
+    def fail(self, writer: BatchedWriter, message: str, *, failure_reason: str) -> StepOutcome:
         """Fail the run with `message`; the step commits nothing, and its chunks go."""
-        self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
+        with writer.held():
+            writer.flush()
+            self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)
         with self._ending(writer, RunStatus.FAILED, error=message):
             result = self.store.compare_and_set_status(
                 self.session_id,
@@ -603,7 +654,7 @@ class _Attempt:
     @contextmanager
     def _ending(
         self,
-        writer: StreamWriter,
+        writer: BatchedWriter,
         status: RunStatus,
         *,
         output: Any = None,
@@ -616,24 +667,26 @@ class _Attempt:
         if there is one, begins in the same transaction and its chunks follow on the stream;
         otherwise the stream ends (or fails with `error`).
         """
-        with transaction.atomic():
-            yield
-            self.store.update_run_status(
-                self.run_record.run_id, status, step_count=self.step, error=error
-            )
-            match status:
-                case RunStatus.COMPLETED:
-                    writer.write(self._chunk(chunks.RunCompleted, output=output))
-                case RunStatus.INTERRUPTED:
-                    writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
-                case RunStatus.FAILED:
-                    writer.write(self._chunk(chunks.RunFailed, error=error))
-            if launch.begin_queued_run(self.session_id) is None:
-                if status == RunStatus.FAILED:
-                    self.streams.fail_stream(self.state.stream_id, error)
-                else:
-                    self.streams.end_stream(self.state.stream_id, output)
-            subagents.notify_parent(self.state)
+        with writer.held():
+            writer.flush()  # What it streamed is stored first: the transaction holds the end.
+            with transaction.atomic():
+                yield
+                self.store.update_run_status(
+                    self.run_record.run_id, status, step_count=self.step, error=error
+                )
+                match status:
+                    case RunStatus.COMPLETED:
+                        writer.write(self._chunk(chunks.RunCompleted, output=output))
+                    case RunStatus.INTERRUPTED:
+                        writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
+                    case RunStatus.FAILED:
+                        writer.write(self._chunk(chunks.RunFailed, error=error))
+                if launch.begin_queued_run(self.session_id) is None:
+                    if status == RunStatus.FAILED:
+                        self.streams.fail_stream(self.state.stream_id, error)
+                    else:
+                        self.streams.end_stream(self.state.stream_id, output)
+                subagents.notify_parent(self.state)
         self._on_complete(status, result=output, error=error)
 
     def _step_messages(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[Message]:
@@ -648,7 +701,7 @@ class _Attempt:
 
     def _commit(
         self,
-        writer: StreamWriter,
+        writer: BatchedWriter,
         messages: list[Message],
         outcomes: list[ToolOutcome],
         reply: _Reply,
@@ -658,11 +711,13 @@ class _Attempt:
         error: str | None = None,
         pending: dict[str, Any] | None = None,
         awaited: dict[str, Any] | None = None,
+        keep_lease: bool = False,
     ) -> None:
-        """Commit the step: messages, state, staging, checkpoint and usage, and free the lease.
+        """Commit the step: its chunks, messages, state, staging, checkpoint and usage.
 
-        The drained calls of a suspended step come first; `pending` are the calls the step
-        suspends on for people, `awaited` those it suspends on for its children.
+        The lease is freed with it, unless `keep_lease`: the run goes on under it. The drained
+        calls of a suspended step come first; `pending` are the calls the step suspends on
+        for people, `awaited` those it suspends on for its children.
         """
         messages = [*self._drained_messages(), *messages]
         if self.branch_from is not None and messages:
@@ -686,28 +741,29 @@ class _Attempt:
             suspended_step_id=self.step_id if (pending or awaited) else None,
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
-        with transaction.atomic():
-            if changes:
-                self.store.stage_changes(self.session_id, self.step_id, changes)
-            committed = self.store.save_state_and_promote_staging(
-                self.session_id,
-                state,
-                messages,
-                CheckpointMeta(
-                    step_id=self.step_id,
-                    step_count=self.step,
-                    stream_sequence=writer.last_sequence,
-                    run_id=self.run_record.run_id,
-                ),
-                expected_version=self.state.version,
-                release_lease_of=self.holder,
-            )
-            if outcomes:  # The commit holds them now; the session's row is locked first.
-                self.store.forget_tool_calls(self.session_id, self.step_id)
-            get_usage_store().record_entries(self._usage(reply, outcomes))
-            if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
-                stored = AgentState(state=custom_state, version=committed.new_version)
-                transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
+        # The writer is held from before the transaction begins (see `BatchedWriter.held`).
+        with writer.held():
+            writer.flush()  # What it streamed is stored first, up to the checkpoint's sequence.
+            with transaction.atomic():
+                committed = self.store.save_state_and_promote_staging(
+                    self.session_id,
+                    state,
+                    messages,
+                    CheckpointMeta(
+                        step_id=self.step_id,
+                        step_count=self.step,
+                        stream_sequence=writer.last_sequence,
+                        run_id=self.run_record.run_id,
+                    ),
+                    expected_version=self.state.version,
+                    release_lease_of=None if keep_lease else self.holder,
+                    stage=changes,
+                    forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
+                )
+                get_usage_store().record_entries(self._usage(reply, outcomes))
+                if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
+                    stored = AgentState(state=custom_state, version=committed.new_version)
+                    transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
 
     def _usage(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""

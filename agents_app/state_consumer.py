@@ -2,9 +2,13 @@
 
 The wire protocol is the reference's (`cf_agent_*` and `rpc` JSON frames; see
 `shared/reference/cloudflare-notes.md`). On connect the client gets its identity, the state
-when there is one, and the MCP servers (none); then every state another client or the server
-writes. A client writes the whole state with `cf_agent_state` and calls the agent's callable
-methods with `rpc`. Anything else it sends is ignored, as the reference does.
+when there is one, and the agent's MCP servers (`agents_app.mcp.feed`, sent again whenever they
+change); then every state another client or the server writes. A client writes the whole
+state with `cf_agent_state` and calls the agent's callable methods, and `addMcpServer` and
+`removeMcpServer` (`agents_app.mcp.socket`), with `rpc`. Anything else it sends (a binary
+frame, text that is not JSON, another type, or one of these without its fields) is answered with
+`{"type": "error", "code", "message"}`, which the reference's clients pass over, and the socket
+stays open.
 
 The channel layer only rings: a write is stored first, and a ring carries the stored state
 and its version; one listener per session and process hands it to the session's sockets here
@@ -18,7 +22,6 @@ user the agent does not admit) are closed before the handshake completes, all al
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -31,11 +34,20 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from agents_app import state_fanout
 from agents_app.agent_state import set_agent_state
 from agents_app.errors import AgentTypeMismatch
+from agents_app.mcp.feed import McpFeed
+from agents_app.mcp.socket import socket_method
 from agents_app.registry import AgentNotFound
 from agents_app.state import json_copy
 from agents_app.state_sessions import OpenedStateSession, SessionRpcContext, astate_session_open
 from agents_app.state_sync import is_streaming
-from sessions_app.errors import HelixError, SessionNotFound
+from sessions_app.errors import (
+    HelixError,
+    InvalidFrame,
+    InvalidJSON,
+    SessionNotFound,
+    UnknownFrameType,
+)
+from sessions_app.parsers import error_frame, frame_loads
 from streams_app.doorbell import bell
 
 logger = logging.getLogger(__name__)
@@ -44,11 +56,17 @@ logger = logging.getLogger(__name__)
 NO_MCP_SERVERS: dict[str, Any] = {"prompts": [], "resources": [], "servers": {}, "tools": []}
 MAX_CONNECTION_ID_LENGTH = 128
 REFUSED = (AgentNotFound, SessionNotFound, AgentTypeMismatch)
+# What a client may send, and what each frame must hold.
+CLIENT_FRAMES = {
+    "cf_agent_state": '"state"',
+    "rpc": 'a string "id" and "method", and an "args" list',
+}
 
 
 class AgentStateConsumer(AsyncJsonWebsocketConsumer):
     opened: OpenedStateSession | None = None
     followed: str | None = None
+    mcp: McpFeed | None = None
 
     async def connect(self) -> None:
         """Admit the client, send identity, state and MCP servers, then follow the state."""
@@ -84,32 +102,44 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
         )
         if opened.state.state is not None:
             await self.send_json({"type": "cf_agent_state", "state": opened.state.state})
-        await self.send_json({"type": "cf_agent_mcp_servers", "mcp": NO_MCP_SERVERS})
+        self.mcp = McpFeed(
+            self.send_json,
+            agent=opened.agent,
+            session_id=opened.session.session_id,
+            channel_layer=self.channel_layer,
+            channel_name=getattr(self, "channel_name", None),
+        )
+        await self.mcp.start()
         if self.pending is not None:
             await self.deliver(*self.pending)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        """Decode a JSON text frame; ignore binary frames and text that is not JSON."""
-        if text_data is None:
-            return
+        """Decode a JSON text frame; answer any other frame with an error frame."""
         try:
-            content = json.loads(text_data, parse_constant=_refuse_constant)
-        except ValueError:
+            content = frame_loads(text_data, bytes_data)
+        except (InvalidFrame, InvalidJSON) as error:
+            await self.send_json(error_frame(error))
             return
         await self.receive_json(content)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """Handle a state write or an RPC call; ignore anything else."""
-        if not isinstance(content, dict) or self.opened is None:
+    async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
+        """Handle a state write or an RPC call; answer anything else with an error frame."""
+        if self.opened is None:
             return
-        if content.get("type") == "cf_agent_state" and "state" in content:
+        kind = content["type"]
+        if kind == "cf_agent_state" and "state" in content:
             await self._write_state(content["state"])
-        elif content.get("type") == "rpc" and _is_rpc_call(content):
+        elif kind == "rpc" and _is_rpc_call(content):
             call = asyncio.create_task(
                 self._call(content["id"], content["method"], content["args"])
             )
             self.calls.add(call)
             call.add_done_callback(self.calls.discard)
+        elif kind in CLIENT_FRAMES:
+            error = InvalidFrame(f"A {kind} frame needs {CLIENT_FRAMES[kind]}.", type=kind)
+            await self.send_json(error_frame(error))
+        else:
+            await self.send_json(error_frame(UnknownFrameType(kind, known=CLIENT_FRAMES)))
 
     async def deliver(self, message: dict[str, Any], frame: str) -> None:
         """Send a rung state's frame on, unless the client wrote it or has a newer one."""
@@ -127,12 +157,19 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=frame)
 
     async def disconnect(self, code: int) -> None:
-        """Stop the client's calls and stop following the state."""
+        """Stop the client's calls and stop following the state and the MCP servers."""
         for call in list(getattr(self, "calls", ())):
             call.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await call
         await self._unfollow()
+        if self.mcp is not None:
+            await self.mcp.stop()
+
+    async def helix_mcp_changed(self, message: dict[str, Any]) -> None:
+        """Send the MCP servers again: the session added or removed one."""
+        if self.mcp is not None:
+            self.mcp.servers_changed()
 
     async def send_json(self, content: Any, close: bool = False) -> None:
         with contextlib.suppress(Disconnected):  # The client left; `disconnect` cleans up.
@@ -157,7 +194,9 @@ class AgentStateConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "cf_agent_state", "state": stored.state})
 
     async def _call(self, call_id: str, name: str, args: list[Any]) -> None:
-        method = self.opened.agent.state_sync.method(name)
+        method = self.opened.agent.state_sync.method(name) or socket_method(
+            name, self.scope["user"]
+        )
         if method is None:
             await self._reply(call_id, error=f"Method {name} is not callable")
             return
@@ -233,7 +272,3 @@ def _advance(generator: Any) -> tuple[bool, Any]:
         return False, next(generator)
     except StopIteration as stop:
         return True, stop.value
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")

@@ -3,8 +3,9 @@
 import logging
 
 from celery import shared_task
+from celery.signals import worker_ready
 
-from agents_app import conf, executor, reaping, subagents
+from agents_app import conf, executor, reaping, recovery, subagents
 from sessions_app.errors import VersionConflict
 from streams_app.services import purge_expired_streams
 
@@ -13,13 +14,17 @@ logger = logging.getLogger(__name__)
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None)
 def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0) -> None:
-    """Run one agent step; enqueue the next one or retry as the executor says.
+    """Run the run's steps from `step` on for a time slice; hand the next one to the broker.
 
-    A step that raises is tried again with backoff (`errors` counts its failures); after
+    Each step is its own durable commit; after `HELIX["STEP_TIME_SLICE_SECONDS"]` the task
+    enqueues the next step and ends, so runs take turns on the workers. A step that raises is
+    tried again with backoff (`errors` counts its failures); after
     `HELIX["STEP_ERROR_RETRIES"]` retries its run fails, rather than stay running forever.
     """
     try:
-        outcome = executor.run_step(session_id, run_id, step)
+        outcome = executor.run_steps(
+            session_id, run_id, step, time_slice=conf.step_time_slice_seconds()
+        )
     except Exception as error:
         if errors < conf.step_error_retries():
             logger.warning("Step %s of run %s failed; retrying", step, run_id, exc_info=True)
@@ -30,6 +35,7 @@ def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0
         raise
     if outcome.next_step is not None:
         run_step_task.delay(session_id, run_id, outcome.next_step)
+        executor.hand_over(session_id, outcome.holder)
     if outcome.retry_after is not None:
         raise self.retry(countdown=outcome.retry_after)
 
@@ -58,3 +64,21 @@ def cleanup_expired_sessions_task() -> None:
     report = reaping.reap_expired_sessions()
     purged = purge_expired_streams(batch_size=reaping.DEFAULT_BATCH_SIZE)
     logger.info("Reaped %s expired sessions; purged %s streams", len(report.reaped), purged)
+
+
+@shared_task
+def recover_stalled_runs_task() -> None:
+    """Enqueue again the next step of every run nothing has moved for a while (beat's job)."""
+    report = recovery.recover_stalled_runs(enqueue=run_step_task.delay)
+    if report.recovered or report.failed:
+        logger.warning(
+            "Recovered %s stalled runs; failed %s stalled too often",
+            len(report.recovered),
+            len(report.failed),
+        )
+
+
+@worker_ready.connect
+def _recover_on_start(sender, **kwargs) -> None:
+    """A starting worker sweeps once: what died with its predecessor is found at once."""
+    recover_stalled_runs_task.delay()

@@ -5,7 +5,7 @@ ops of a staged change of its own, so parallel calls merge without losing each o
 A tool that raises becomes a tool result marked as an error, and the step goes on.
 
 A call runs at most once, whatever happens to the worker: it is recorded in the session store
-before it runs and its outcome after (`begin_tool_call`, `finish_tool_call`). An attempt that
+before it runs and its outcome after (`begin_tool_calls`, `finish_tool_call`). An attempt that
 takes over a dead one's step is given those records (`StepScope.earlier`): a finished call's
 outcome is replayed, its state writes, metrics and custom chunks included, and a call that was
 running when its worker died is not run again; its result says it was cut off.
@@ -24,9 +24,10 @@ from pydantic import BaseModel
 from agents_app.definitions import Tool, ToolInputInvalid
 from agents_app.llm.base import ToolCall
 from agents_app.state import StateDraft
+from sessions_app.connections import release_connection
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import ToolCallRecord, merge_op_from_json, merge_op_to_json
-from streams_app.backends.base import StreamWriter
+from streams_app.backends.batching import BatchedWriter
 from streams_app.chunks import Custom, ToolCallStart, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ class StepScope:
     agent_type: str
     step: int
     step_id: str
-    writer: StreamWriter
+    writer: BatchedWriter
     # The calls earlier attempts at this step began, by id (an attempt that took over).
     earlier: Mapping[str, ToolCallRecord] = field(default_factory=dict)
 
@@ -118,8 +119,13 @@ def run_tool_calls(
     """Run the calls in parallel threads; return their outcomes in call order.
 
     Each call's start (unless not `announce`, when an earlier step announced it) and result go
-    to the stream. A lone call runs in the step's own thread: there is nothing to run beside it.
+    to the stream. The calls that run are recorded first, together. A lone call runs in the
+    step's own thread: there is nothing to run beside it.
     """
+    fresh = [call.id for call in calls if _runs(tools.get(call.name), call, scope)]
+    if fresh:
+        get_session_store().begin_tool_calls(scope.session_id, scope.step_id, fresh)
+    release_connection()  # Tools may take long: the pool lends it meanwhile, to them too.
     if len(calls) < 2:
         return [
             _run_one(tools.get(call.name), call, scope, custom_state, announce) for call in calls
@@ -175,12 +181,15 @@ def _run_one(
     return outcome
 
 
+def _runs(tool: Tool | None, call: ToolCall, scope: StepScope) -> bool:
+    """Return whether the call runs now: a known tool, valid JSON, not begun by a dead attempt."""
+    return tool is not None and not call.invalid_arguments and call.id not in scope.earlier
+
+
 def _run_recorded(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> ToolOutcome:
-    """Run the call between records of its start and of its outcome."""
+    """Run the call, begun on record already, and record its outcome."""
     scope, store = context.scope, get_session_store()
-    runs = tool is not None and not call.invalid_arguments  # Else it fails before it runs.
-    if runs:
-        store.begin_tool_call(scope.session_id, scope.step_id, call.id)
+    runs = _runs(tool, call, scope)  # Else it fails before it runs.
     started = time.monotonic()
     result, is_error = _execute(tool, call, context)
     duration_ms = round((time.monotonic() - started) * 1000)

@@ -5,10 +5,11 @@ a result whose call is not among the messages converted (an earlier page) become
 message of its own holding that part.
 """
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from sessions_app.errors import InvalidJSON
+from sessions_app.parsers import json_loads
 from sessions_app.stores.types import Message, MessageRole
 
 
@@ -51,7 +52,8 @@ def _tool_part(call_id: str | None, name: str | None, arguments: Any) -> dict[st
 
 
 def _json_or_text(content: str) -> Any:
+    """Return the JSON value `content` holds, or `content` itself if it holds none we can send."""
     try:
-        return json.loads(content)
-    except ValueError:
+        return json_loads(content)
+    except InvalidJSON:
         return content

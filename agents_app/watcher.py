@@ -1,14 +1,15 @@
 """The watch kept over running steps: it renews their leases and looks for their interrupts.
 
-One thread per process watches every step running in it. A step's first look comes
-`INTERRUPT_POLL_SECONDS` after it starts, so a short step costs the watch nothing; from then on
-its interrupt flag is read every `INTERRUPT_POLL_SECONDS`, so an interrupt stops a streaming
-model within about that long, and its lease is renewed every third of its time to live, so a
-live worker keeps it and a paused one loses it.
+One thread per process watches every step running in it, all at once: each look reads the
+interrupt flags of every step due for one in one query, and renews every lease due for renewal
+in one statement, so a worker running hundreds of steps costs the database two statements per
+look, not two per step. A step's first look comes `INTERRUPT_POLL_SECONDS` after it starts, so
+a short step costs the watch nothing; from then on its flag is read every
+`INTERRUPT_POLL_SECONDS`, so an interrupt stops a streaming model within about that long, and
+its lease is renewed every third of its time to live, so a live worker keeps it and a paused
+one loses it.
 """
 
-import heapq
-import itertools
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from types import TracebackType
 
 from django.db import connections
 
+from sessions_app.connections import release_connection
 from sessions_app.stores import get_session_store
 
 logger = logging.getLogger(__name__)
@@ -42,8 +44,7 @@ class StepWatch:
         self.on_stop = on_stop
         self.interrupted = False
         self.lease_lost = False
-        self.done = False
-        self.renewed_at = time.monotonic()
+        self.renewed_at = self.looked_at = time.monotonic()
 
     def __enter__(self) -> "StepWatch":
         _watcher().add(self)
@@ -55,66 +56,77 @@ class StepWatch:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.done = True  # The watcher drops it at its next look.
+        _watcher().remove(self)
 
     @property
     def stopped(self) -> bool:
         """Return whether the step must stop: interrupted, or its lease lost."""
         return self.interrupted or self.lease_lost
 
-    def look(self) -> None:
-        """Renew the lease when due and look for an interrupt; stop the step if it must."""
-        store = get_session_store()
-        if time.monotonic() - self.renewed_at >= self.lease_seconds / 3:
-            self.renewed_at = time.monotonic()
-            if not store.renew_lease(self.session_id, self.holder, self.lease_seconds):
-                self.lease_lost = True
-        if store.check_interrupt_flag(self.session_id) is not None:
-            self.interrupted = True
-        if self.stopped:
-            self.on_stop()
+    def due_for_look(self, now: float) -> bool:
+        return now - self.looked_at >= self.poll_seconds
+
+    def due_for_renewal(self, now: float) -> bool:
+        return now - self.renewed_at >= self.lease_seconds / 3
 
 
 class _Watcher:
-    """A thread that looks at each watched step when it is due."""
+    """A thread that looks at the watched steps that are due, together."""
 
     def __init__(self) -> None:
-        self._due: list[tuple[float, int, StepWatch]] = []
-        self._order = itertools.count()  # Breaks ties between steps due at the same moment.
+        self._watches: dict[int, StepWatch] = {}
         self._wake = threading.Condition()
         threading.Thread(target=self._run, name="helix-step-watch", daemon=True).start()
 
     def add(self, watch: StepWatch) -> None:
         with self._wake:
-            self._schedule(watch)
+            self._watches[id(watch)] = watch
             self._wake.notify()
 
-    def _schedule(self, watch: StepWatch) -> None:
-        due = time.monotonic() + watch.poll_seconds
-        heapq.heappush(self._due, (due, next(self._order), watch))
+    def remove(self, watch: StepWatch) -> None:
+        with self._wake:
+            self._watches.pop(id(watch), None)
 
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._due or self._due[0][0] > time.monotonic():
-                    self._wake.wait(self._due[0][0] - time.monotonic() if self._due else None)
-                _, _, watch = heapq.heappop(self._due)
-            if not watch.done:
-                self._look(watch)
-            with self._wake:
-                if not (watch.done or watch.stopped):
-                    self._schedule(watch)
-                idle = not self._due
-            if idle:
-                connections.close_all()  # This thread's own connection, until it is needed again.
+                watches = [w for w in self._watches.values() if not w.stopped]
+                if not watches:
+                    self._wake.wait()
+                    continue
+                pause = min(w.looked_at + w.poll_seconds for w in watches) - time.monotonic()
+                if pause > 0:
+                    self._wake.wait(pause)
+                    continue
+            now = time.monotonic()
+            due = [w for w in watches if w.due_for_look(now)]
+            try:
+                self._look(due, now)
+            except Exception:  # The database may be away; the next look tries again.
+                logger.warning("Could not watch %d running steps", len(due), exc_info=True)
+                connections.close_all()
+            finally:
+                release_connection()
 
-    @staticmethod
-    def _look(watch: StepWatch) -> None:
-        try:
-            watch.look()
-        except Exception:  # The database may be away; the next look tries again.
-            logger.warning("Could not watch the step of %s", watch.session_id, exc_info=True)
-            connections.close_all()
+    def _look(self, due: list[StepWatch], now: float) -> None:
+        """Renew the due leases, read the due flags, and stop the steps that must stop."""
+        store = get_session_store()
+        for watch in due:
+            watch.looked_at = now
+        renewing: dict[float, list[StepWatch]] = {}
+        for watch in due:
+            if watch.due_for_renewal(now):
+                renewing.setdefault(watch.lease_seconds, []).append(watch)
+        for lease_seconds, watches in renewing.items():
+            held = store.renew_leases({w.session_id: w.holder for w in watches}, lease_seconds)
+            for watch in watches:
+                watch.renewed_at = now
+                watch.lease_lost = watch.session_id not in held
+        flags = store.check_interrupt_flags([w.session_id for w in due])
+        for watch in due:
+            watch.interrupted = watch.session_id in flags
+            if watch.stopped:
+                watch.on_stop()
 
 
 _watchers: dict[int, _Watcher] = {}

@@ -62,7 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
     django.setup()
     # Their models need the app registry that django.setup() fills.
-    from bench import admin, memory, peers, reaping, scaleout, state, steps, stores, streams
+    from bench import (
+        admin,
+        inflight,
+        memory,
+        peers,
+        reaping,
+        scaleout,
+        state,
+        steps,
+        stores,
+        streams,
+    )
 
     database = connection.settings_dict
     if connection.vendor != "postgresql":
@@ -87,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "streams": streams,
                 "state": state,
                 "steps": steps,
+                "inflight": inflight,
                 "scaleout": scaleout,
                 "memory": memory,
                 "reaping": reaping,
@@ -143,6 +155,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "streams",
             "state",
             "steps",
+            "inflight",
             "scaleout",
             "memory",
             "reaping",

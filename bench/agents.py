@@ -3,19 +3,38 @@
 The steps benchmark runs `bench-stepper`: each run takes `STEPS_PER_RUN` steps of the scripted
 model, every one but the last streaming a short sentence and calling one tool that writes the
 state; the last one answers, which completes the run. The state benchmark writes the state of
-`bench-state` to its signed-in clients.
+`bench-state` to its signed-in clients. The in-flight benchmark runs `bench-waiter`, whose
+model takes `MODEL_SECONDS` to stream each reply, as a real model would, over `WAITER_STEPS`
+steps; and, for fairness, `bench-marathon`, a run of `MARATHON_STEPS` quick steps, beside runs
+of `bench-once`.
 """
+
+import os
 
 from pydantic import BaseModel
 
 from agents_app.definitions import Agent, Tool
-from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, turn_step
+from agents_app.llm.scripted import (
+    WORDS_PER_DELTA,
+    ScriptedToolCall,
+    Turn,
+    register_script,
+    turn_step,
+)
 from agents_app.registry import get_registry
 from agents_app.state_sync import StateSync
 
 AGENT_TYPE = "bench-stepper"
 STATE_AGENT_TYPE = "bench-state"
 STEPS_PER_RUN = 10
+WAITER_AGENT_TYPE = "bench-waiter"
+WAITER_STEPS = 3
+MODEL_SECONDS = 1.0
+WAITER_DELTAS = 10  # Per reply, one every MODEL_SECONDS / WAITER_DELTAS.
+MARATHON_AGENT_TYPE = "bench-marathon"
+# The fairness benchmark's workers set it (smaller in its quick run).
+MARATHON_STEPS = int(os.environ.get("HELIX_MARATHON_STEPS", "1000"))
+ONCE_AGENT_TYPE = "bench-once"
 
 
 class Tick(BaseModel):
@@ -39,12 +58,55 @@ def script(request, context) -> Turn:
     )
 
 
+def waiter_script(request, context) -> Turn:
+    """Stream a reply over MODEL_SECONDS; call the tool until the last step, then answer."""
+    step = turn_step(request)
+    text = " ".join(f"word{n}" for n in range(WAITER_DELTAS * WORDS_PER_DELTA))
+    delay = MODEL_SECONDS / WAITER_DELTAS
+    if step == WAITER_STEPS - 1:
+        return Turn(text=text, delay=delay)
+    return Turn(
+        text=text,
+        delay=delay,
+        tool_calls=[ScriptedToolCall(name="tick", arguments={"item": step})],
+    )
+
+
+def once_script(request, context) -> Turn:
+    """Answer at once: a run of one step."""
+    return Turn(text="Done at once.")
+
+
+def marathon_script(request, context) -> Turn:
+    """Check one item per step, quickly, MARATHON_STEPS times over; then answer."""
+    step = turn_step(request)
+    if step == MARATHON_STEPS - 1:
+        return Turn(text="Done.")
+    return Turn(text="Next.", tool_calls=[ScriptedToolCall(name="tick", arguments={"item": step})])
+
+
+TICK = Tool(name="tick", description="Check one item.", input_model=Tick, execute=tick)
+
 stepper = Agent(
     name=AGENT_TYPE,
     description="Takes a fixed number of steps, for the benchmark.",
-    tools=[Tool(name="tick", description="Check one item.", input_model=Tick, execute=tick)],
+    tools=[TICK],
     initial_state={"ticks": 0},
     max_steps=STEPS_PER_RUN,
+)
+waiter = Agent(
+    name=WAITER_AGENT_TYPE,
+    description="Waits on a slow model every step, for the benchmark.",
+    tools=[TICK],
+    initial_state={"ticks": 0},
+    max_steps=WAITER_STEPS,
+)
+marathon = Agent(
+    name=MARATHON_AGENT_TYPE,
+    description="Takes a great many quick steps, for the benchmark.",
+    tools=[TICK],
+    initial_state={"ticks": 0},
+    max_steps=MARATHON_STEPS,
 )
 
 # Its clients follow the state; only the server writes it.
@@ -55,6 +117,10 @@ board = Agent(
     state_sync=StateSync(readonly_connection=lambda connection: True),
 )
 
-get_registry().register(stepper)
-get_registry().register(board)
+once = Agent(name=ONCE_AGENT_TYPE, description="Answers in one step, for the benchmark.")
+for agent in (stepper, board, waiter, marathon, once):
+    get_registry().register(agent)
 register_script(AGENT_TYPE, script)
+register_script(WAITER_AGENT_TYPE, waiter_script)
+register_script(MARATHON_AGENT_TYPE, marathon_script)
+register_script(ONCE_AGENT_TYPE, once_script)

@@ -11,6 +11,7 @@ The workers import this module (`--include`); `FloorTables` creates and drops th
 """
 
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -58,15 +59,15 @@ _OTHER = (
     "VALUES (%s, 'checkpoint', %s), (%s, 'usage', %s), (%s, 'usage', %s)"
 )
 
-_connection: psycopg.Connection | None = None
+_local = threading.local()
 
 
 def _database() -> psycopg.Connection:
-    """Return this process's connection, opened on first use (after the pool forks)."""
-    global _connection
-    if _connection is None or _connection.closed:
-        _connection = connect(connection.settings_dict, like_django=False)
-    return _connection
+    """Return this thread's connection, opened on first use (workers run tasks in threads)."""
+    database = getattr(_local, "connection", None)
+    if database is None or database.closed:
+        database = _local.connection = connect(connection.settings_dict, like_django=False)
+    return database
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)

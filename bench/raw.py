@@ -17,28 +17,34 @@ _SESSION = '"sessions_app_agentsession"'
 _LOCK = f'FROM {_SESSION} WHERE {_SESSION}."id" = %s FOR UPDATE'
 
 LOCK_MESSAGE_COUNT = f'SELECT {_SESSION}."message_count" AS "message_count" {_LOCK}'
+_MESSAGE = '"sessions_app_message"'
+# The session's row, locked, with its last message: one round trip.
 LOCK_FOR_COMMIT = (
     f'SELECT {_SESSION}."version" AS "version", '
     f'{_SESSION}."message_count" AS "message_count", '
-    f'{_SESSION}."lease_holder" AS "lease_holder" {_LOCK}'
+    f'{_SESSION}."lease_holder" AS "lease_holder", last."id", last."sequence" '
+    f'FROM {_SESSION} LEFT JOIN (SELECT "id", "sequence" FROM {_MESSAGE} '
+    'WHERE "session_id" = %s ORDER BY "sequence" DESC LIMIT 1) AS last ON TRUE '
+    f'WHERE {_SESSION}."id" = %s FOR UPDATE OF {_SESSION}'
 )
 LAST_MESSAGE = (
-    'SELECT "sessions_app_message"."id" AS "id", "sessions_app_message"."sequence" AS "sequence" '
-    'FROM "sessions_app_message" WHERE "sessions_app_message"."session_id" = %s '
+    f'SELECT {_MESSAGE}."id" AS "id", {_MESSAGE}."sequence" AS "sequence" '
+    f'FROM {_MESSAGE} WHERE {_MESSAGE}."session_id" = %s '
     "ORDER BY 2 DESC LIMIT 1"
 )
 _MESSAGE_COLUMNS = (
-    'INSERT INTO "sessions_app_message" ("id", "session_id", "sequence", "parent_id", "role", '
-    '"content", "tool_calls", "tool_call_id", "name", "parts", "metadata", "created_at")'
+    f'INSERT INTO {_MESSAGE} ("id", "session_id", "sequence", "parent_id", "created_at", '
+    '"role", "content", "tool_calls", "tool_call_id", "name", "parts", "metadata")'
 )
-# Django inserts one row with VALUES and several by UNNEST over one array per column.
-INSERT_MESSAGE = f"{_MESSAGE_COLUMNS} VALUES ({', '.join(['%s'] * 12)})"
-INSERT_MESSAGES = (
-    f"{_MESSAGE_COLUMNS} SELECT * FROM UNNEST((%s)::varchar[], (%s)::varchar[], "
-    "(%s)::integer[], (%s)::varchar[], (%s)::varchar[], (%s)::text[], (%s)::jsonb[], "
-    "(%s)::varchar[], (%s)::varchar[], (%s)::jsonb[], (%s)::jsonb[], "
-    "(%s)::timestamp with time zone[])"
-)
+_MESSAGE_ROW = f"({', '.join(['%s'] * 12)})"
+
+
+def insert_messages(count: int) -> str:
+    """Return the INSERT of `count` messages: one VALUES row each."""
+    return f"{_MESSAGE_COLUMNS} VALUES {', '.join([_MESSAGE_ROW] * count)}"
+
+
+INSERT_MESSAGE = insert_messages(1)
 UPDATE_MESSAGE_COUNT = (
     f'UPDATE {_SESSION} SET "message_count" = %s, "updated_at" = %s WHERE {_SESSION}."id" = %s'
 )
@@ -65,11 +71,12 @@ _STATE_COLUMNS = (
     "metadata",
     "resume_count",
     "suspension_context",
+    "lease_abandoned",
 )
 UPDATE_STATE = (
     f"UPDATE {_SESSION} SET "
     + ", ".join(f'"{column}" = %s' for column in _STATE_COLUMNS)
-    + f' WHERE {_SESSION}."id" = %s'
+    + ' WHERE "id" = %s'
 )
 INSERT_CHECKPOINT = (
     'INSERT INTO "sessions_app_checkpoint" ("id", "session_id", "run_id", "step_id", '
@@ -124,13 +131,17 @@ class RawSessionStore:
 
     def statement_for(self, orm_sql: str) -> str:
         """Return the statement this store runs where the ORM runs `orm_sql`."""
-        return INSERT_MESSAGE if self.executemany and orm_sql == INSERT_MESSAGES else orm_sql
+        several = orm_sql.startswith(_MESSAGE_COLUMNS) and orm_sql != INSERT_MESSAGE
+        return INSERT_MESSAGE if self.executemany and several else orm_sql
 
     def append_messages(self, session_id: str, messages: Sequence[Message]) -> None:
         """Append messages after the session's last one, under the session's row lock."""
         with self.connection.transaction(), self.connection.cursor() as cursor:
             (message_count,) = _fetch(cursor, LOCK_MESSAGE_COUNT, session_id)
-            _insert_messages(cursor, session_id, messages, datetime.now(UTC), self.executemany)
+            last = cursor.execute(LAST_MESSAGE, (session_id,)).fetchone()
+            _insert_messages(
+                cursor, session_id, messages, datetime.now(UTC), last, self.executemany
+            )
             cursor.execute(
                 UPDATE_MESSAGE_COUNT,
                 (message_count + len(messages), datetime.now(UTC), session_id),
@@ -147,11 +158,15 @@ class RawSessionStore:
     ) -> CommitResult:
         """Commit one step: messages, state, checkpoint and promoted staging, in one transaction."""
         with self.connection.transaction(), self.connection.cursor() as cursor:
-            version, message_count, _ = _fetch(cursor, LOCK_FOR_COMMIT, session_id)
+            row = cursor.execute(LOCK_FOR_COMMIT, (session_id, session_id)).fetchone()
+            if row is None:
+                raise LookupError(f"no session {session_id}")
+            version, message_count, _, *last = row
             if version != expected_version:
                 raise RuntimeError(f"version {version} is not the expected {expected_version}")
             now = datetime.now(UTC)
-            _insert_messages(cursor, session_id, messages, now, self.executemany)
+            last = None if last[0] is None else tuple(last)
+            _insert_messages(cursor, session_id, messages, now, last, self.executemany)
             version += 1
             message_count += len(messages)
             cursor.execute(
@@ -193,10 +208,10 @@ def _insert_messages(
     session_id: str,
     messages: Sequence[Message],
     now: datetime,
+    last: tuple[str, int] | None,
     executemany: bool,
 ) -> None:
-    """Insert messages after the session's last one, each the child of the one before."""
-    last = cursor.execute(LAST_MESSAGE, (session_id,)).fetchone()
+    """Insert messages after the session's `last` one, each the child of the one before."""
     parent_id, sequence = last or (None, 0)
     rows = []
     for message in messages:
@@ -208,6 +223,7 @@ def _insert_messages(
                 session_id,
                 sequence,
                 parent_id,
+                now,
                 message.role,
                 message.content,
                 Jsonb(message.tool_calls),
@@ -215,16 +231,13 @@ def _insert_messages(
                 message.name or "",
                 Jsonb(message.parts),
                 Jsonb(message.metadata),
-                now,
             )
         )
         parent_id = message_id
-    if len(rows) == 1:
-        cursor.execute(INSERT_MESSAGE, rows[0])
-    elif executemany:
+    if executemany:
         cursor.executemany(INSERT_MESSAGE, rows)
     else:
-        cursor.execute(INSERT_MESSAGES, [list(column) for column in zip(*rows, strict=True)])
+        cursor.execute(insert_messages(len(rows)), [value for row in rows for value in row])
 
 
 def _state_values(state: SessionState) -> tuple[Any, ...]:
@@ -253,6 +266,7 @@ def _state_values(state: SessionState) -> tuple[Any, ...]:
         Jsonb(state.metadata),
         state.resume_count,
         Jsonb(suspension) if any(suspension.values()) else None,
+        0,  # A commit ends any run of abandoned attempts.
     )
 
 

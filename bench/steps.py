@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
@@ -40,7 +41,6 @@ LEGEND = (
 )
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PROCESSES = 2
-POOL_PROCESSES = 4  # Per worker: the prefork pool that runs the steps.
 CONCURRENT_SESSIONS = (1, 50)
 STEPS_PER_SECOND_TARGET = 200.0  # At 50 concurrent sessions.
 READY_TIMEOUT = 60.0
@@ -55,20 +55,20 @@ def run(options: Options) -> Iterator[Table]:
     with (
         connect(connection.settings_dict, like_django=False) as raw,
         FloorTables(raw) as floor,
-        workers() as logs,
+        workers() as running,
     ):
         commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
-        _steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
-        _floor_steps_per_second(floor, 1)
+        steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
+        _floorsteps_per_second(floor, 1)
         rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         floor_rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         raw_ms: list[float] = []
         for _ in range(rounds):  # Ours and the raw sides take turns, as the machine drifts.
             for sessions in CONCURRENT_SESSIONS:
-                rates[sessions].append(_steps_per_second(owner, sessions))
-                floor_rates[sessions].append(_floor_steps_per_second(floor, sessions))
+                rates[sessions].append(steps_per_second(owner, sessions))
+                floor_rates[sessions].append(_floorsteps_per_second(floor, sessions))
                 raw_ms.append(_raw_commit_ms(commit, agents.STEPS_PER_RUN * sessions))
-        worker_log = _tail(logs)
+        worker_log = _tail(running.logs)
     raw_ms.sort()
     raw_commit_ms = raw_ms[len(raw_ms) // 2]
     median = {sessions: statistics.median(rates[sessions]) for sessions in rates}
@@ -104,7 +104,7 @@ def run(options: Options) -> Iterator[Table]:
         + "; raw floor: "
         + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in floor_rates[s]) for s in rates),
         f"Each run takes {agents.STEPS_PER_RUN} steps; {WORKER_PROCESSES} worker processes "
-        f"with {POOL_PROCESSES} pool processes each (prefork), connections kept across steps.",
+        "started as the Procfile starts them (a threads pool; connections from a pool).",
     ]
     if worker_log:
         notes.append("Worker log tail:\n" + worker_log)
@@ -116,7 +116,7 @@ def run(options: Options) -> Iterator[Table]:
     )
 
 
-def _steps_per_second(owner, sessions: int) -> float:
+def steps_per_second(owner, sessions: int) -> float:
     """Start `sessions` runs at once and return the steps per second until all have ended."""
     run_ids: list[str] = []
 
@@ -136,7 +136,7 @@ def _steps_per_second(owner, sessions: int) -> float:
     return _timed(sessions, start, ended)
 
 
-def _floor_steps_per_second(floor: FloorTables, sessions: int) -> float:
+def _floorsteps_per_second(floor: FloorTables, sessions: int) -> float:
     """Start `sessions` raw floor chains at once and return their steps per second."""
     ids = floor.new_sessions(sessions)
 
@@ -165,9 +165,20 @@ def _raw_commit_ms(commit: Stepper, count: int) -> float:
     return timings[len(timings) // 2] / 1e6
 
 
+@dataclass(frozen=True)
+class Workers:
+    """The benchmark's running worker processes and their logs."""
+
+    processes: list[subprocess.Popen]
+    logs: list[Path]
+
+
 @contextlib.contextmanager
-def workers() -> Iterator[list[Path]]:
-    """Run the worker processes on a queue of their own until the block exits."""
+def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
+    """Run `count` worker processes on a queue of their own until the block exits.
+
+    They are started as the Procfile starts them, with `env` over the benchmark's environment.
+    """
     queue = f"bench-{uuid.uuid4().hex[:12]}"
     previous_queue = app.conf.task_default_queue
     app.conf.task_default_queue = queue  # Where this process sends the steps.
@@ -180,19 +191,17 @@ def workers() -> Iterator[list[Path]]:
         ),
         "CELERY_TASK_DEFAULT_QUEUE": queue,
         "HELIX_AGENTS": "bench.agents",
-        # Keep each pool process's connection across steps, as production workers should.
-        "CONN_MAX_AGE": "600",
-        "CELERY_DB_REUSE_MAX": "1000",
         "DEBUG": "false",
         "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
+        **env,
     }
     with tempfile.TemporaryDirectory(prefix="helix-bench-workers-") as folder:
-        logs = [Path(folder) / f"worker-{n}.log" for n in range(WORKER_PROCESSES)]
-        names = [f"{queue}-{n}@bench" for n in range(WORKER_PROCESSES)]
+        logs = [Path(folder) / f"worker-{n}.log" for n in range(count)]
+        names = [f"{queue}-{n}@bench" for n in range(count)]
         workers = [_start_worker(name, log, env) for name, log in zip(names, logs, strict=True)]
         try:
             _wait_ready(workers, names, logs)
-            yield logs
+            yield Workers(workers, logs)
         finally:
             app.conf.task_default_queue = previous_queue
             for worker in workers:
@@ -207,11 +216,11 @@ def workers() -> Iterator[list[Path]]:
 
 
 def _start_worker(hostname: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start a worker as the Procfile's `worker` line does, with the floor's tasks too."""
     with log.open("wb") as output:
         return subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
-             "--concurrency", str(POOL_PROCESSES), "--include", "bench.floor",
-             "--loglevel", "WARNING",
+             "--include", "bench.floor", "--loglevel", "WARNING",
              "--without-mingle", "--without-gossip", "--hostname", hostname],
             cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import connection
 
 from bench.harness import Options, Row, Table, interleave, percentile_ms
-from bench.raw import INSERT_MESSAGES, RawSessionStore, connect
+from bench.raw import RawSessionStore, connect
 from bench.trace import same_sql, sql_notes
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.types import (
@@ -266,8 +266,8 @@ def _same_sql(raws: _Raws, calls: Sequence[Callable[[], object]], show: bool) ->
     """Trace one call per side, the ORM's first; return notes on the SQL, or raise on a mismatch."""
     orm_sql = same_sql(raws, calls, bring="bench/raw.py in line with sessions_app/stores/orm.py")
     note = f"SQL: the same {len(orm_sql)} statements per call on every side"
-    if INSERT_MESSAGES in orm_sql:
-        note += ", but psycopg defaults runs the UNNEST INSERT as executemany of the one-row one"
+    if any(raw.statement_for(sql) != sql for raw in raws for sql in orm_sql):
+        note += ", but psycopg defaults runs a several-row INSERT as executemany of the one-row one"
     return sql_notes(orm_sql, note, show)
 
 

@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP goes to Django, WebSocket to the Channels router."""
+"""ASGI entry point: HTTP goes to Django (`/mcp` to the MCP endpoint), WebSocket to the
+Channels router."""
 
 import os
 
@@ -10,14 +11,16 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app registry)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
+from agents_app.mcp.http import mcp_application  # noqa: E402
 from helix_project.routing import websocket_urlpatterns  # noqa: E402
 from sessions_app.auth import WebsocketTokenOrSession  # noqa: E402
 
 websocket_router = URLRouter(websocket_urlpatterns)
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": URLRouter([re_path(r"^mcp/?$", mcp_application()), re_path(r"", django_asgi_app)]),
         "websocket": WebsocketTokenOrSession(
             token_app=websocket_router,
             session_app=AllowedHostsOriginValidator(AuthMiddlewareStack(websocket_router)),

@@ -96,7 +96,6 @@ def _database(url: str) -> dict:
             if name != ":memory:":
                 Path(name).parent.mkdir(parents=True, exist_ok=True)
     else:
-        database["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
         database["CONN_HEALTH_CHECKS"] = True
         # psycopg's own defaults, which Django turns off: bind parameters on the server and
         # prepare the statements a connection runs repeatedly, so PostgreSQL parses and plans
@@ -107,10 +106,15 @@ def _database(url: str) -> dict:
             server_side_binding=env.bool("DATABASE_SERVER_SIDE_BINDING", default=True),
             prepare_threshold=None if threshold.lower() in {"", "none"} else int(threshold),
         )
-        # A psycopg pool per process makes Daphne's per-call connections cheap. Opt-in: a pool
-        # opened before a fork (Celery's prefork parent) must not be inherited.
-        if pool_size := env.int("DATABASE_POOL_MAX_SIZE", default=0):
+        # A psycopg pool per process bounds its connections, whatever the number of steps in
+        # flight (each takes one only while it talks to the database) or of Daphne's per-call
+        # threads. 0 turns it off for persistent connections (`CONN_MAX_AGE`) instead: needed
+        # with a forking worker pool (`HELIX_WORKER_POOL=prefork`), whose children must not
+        # inherit a pool.
+        if pool_size := env.int("DATABASE_POOL_MAX_SIZE", default=20):
             database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
+        else:
+            database["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
     return database
 
 
@@ -147,6 +151,8 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", defa
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
 if env.bool("SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Load balancers probe health over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^(healthz|readyz)$"]
 
 # Redis serves the channel layer and, unless CELERY_BROKER_URL says otherwise, the broker. The
 # channel layer only rings readers of a stream; the database holds every chunk.
@@ -185,13 +191,17 @@ else:
     raise ImproperlyConfigured("REDIS_CHANNEL_LAYER must be 'pubsub' or 'core'.")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
-_visibility_timeout = env.int("CELERY_VISIBILITY_TIMEOUT", default=3600)
+_visibility_timeout = env.int("CELERY_VISIBILITY_TIMEOUT", default=120)
+_restore_interval = max(1, min(10, _visibility_timeout // 2))
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # Seconds before the Redis broker hands a dead worker's unacknowledged step to another;
     # workers sweep for such steps every half of it, at most every 10 s.
     "visibility_timeout": _visibility_timeout,
-    "unacked_restore_interval": max(1, min(10, _visibility_timeout // 2)),
+    "unacked_restore_interval": _restore_interval,
     "unacked_restore_throttle": 1,
+    # One worker sweeps at a time, under a lock in Redis. A worker killed while it sweeps
+    # leaves the lock behind until it expires: kombu's five minutes would stop every sweep.
+    "unacked_mutex_expire": _restore_interval,
 }
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT = "helix_project.broker:Transport"  # Writes messages atomically.
@@ -213,8 +223,18 @@ CELERY_BEAT_SCHEDULE = {
         "task": "agents_app.tasks.cleanup_expired_sessions_task",
         "schedule": env.float("HELIX_CLEANUP_INTERVAL_SECONDS", default=900.0),
     },
+    # The recovery sweep (DESIGN invariant 9); every worker also runs it once when it starts.
+    "recover-stalled-runs": {
+        "task": "agents_app.tasks.recover_stalled_runs_task",
+        "schedule": env.float("HELIX_RECOVERY_INTERVAL_SECONDS", default=30.0),
+    },
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A step waits on its model nearly all its life: a worker runs many at once, each in a thread,
+# rather than one per process. A thread is a few hundred kilobytes; its database connection
+# comes from the pool above only while it talks to the database.
+CELERY_WORKER_POOL = env.str("HELIX_WORKER_POOL", default="threads")
+CELERY_WORKER_CONCURRENCY = env.int("HELIX_WORKER_CONCURRENCY", default=100)
 # Celery closes database connections around every task unless this is set. Workers that keep
 # theirs set it with CONN_MAX_AGE; `helix_project.celery` still drops broken ones per task.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=0) or None
@@ -231,7 +251,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "sessions_app.openapi.HelixAutoSchema",
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSON parser, refusing too-deep nesting and out-of-range numbers with a clean 400.
+    "DEFAULT_PARSER_CLASSES": ["sessions_app.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "sessions_app.http.exception_handler",
 }
 
@@ -278,6 +299,8 @@ HELIX = {
     # ends) or "interrupt" (enqueue, and interrupt the running one).
     "RUN_CONCURRENCY": env.str("HELIX_RUN_CONCURRENCY", default="reject"),
     "MAX_AGENT_STATE_BYTES": env.int("HELIX_MAX_AGENT_STATE_BYTES", default=1024 * 1024),
+    # How long each check of `/readyz` may take before it counts as failed.
+    "READINESS_TIMEOUT_SECONDS": env.float("HELIX_READINESS_TIMEOUT_SECONDS", default=2),
     # Who may frame the chat page: CSP `frame-ancestors` sources, space-separated.
     "CHAT_FRAME_ANCESTORS": env.str("HELIX_CHAT_FRAME_ANCESTORS", default="'self'").split(),
     # Modules that register agents when imported.
@@ -297,6 +320,9 @@ HELIX = {
     },
     # A step holds its session's lease this long without renewal; it renews every third.
     "STEP_LEASE_SECONDS": env.float("STEP_LEASE_SECONDS", default=30),
+    # A task runs its run's steps one after another this long, then hands the next to the
+    # broker, so runs take turns on the workers; 0 runs one step per task.
+    "STEP_TIME_SLICE_SECONDS": env.float("STEP_TIME_SLICE_SECONDS", default=2),
     "INTERRUPT_POLL_SECONDS": env.float("INTERRUPT_POLL_SECONDS", default=0.5),
     "LLM_MAX_RETRIES": env.int("LLM_MAX_RETRIES", default=3),
     "LLM_RETRY_BACKOFF_SECONDS": env.float("LLM_RETRY_BACKOFF_SECONDS", default=1),
@@ -306,6 +332,11 @@ HELIX = {
     # A step whose attempts die (a tool that crashes its worker) fails its run after this many
     # in a row; raising attempts count too, so keep it above STEP_ERROR_RETRIES.
     "STEP_MAX_ABANDONED": env.int("STEP_MAX_ABANDONED", default=5),
+    # A running run nothing moved this long (no lease held, no step committed) is recovered:
+    # the sweep enqueues its next step again. One recovered this often in a row at the same
+    # step fails, with failure_reason "stalled".
+    "STALLED_RUN_SECONDS": env.float("HELIX_STALLED_RUN_SECONDS", default=120),
+    "RUN_MAX_RECOVERIES": env.int("HELIX_RUN_MAX_RECOVERIES", default=3),
 }
 
 LOGGING = {

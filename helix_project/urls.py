@@ -1,10 +1,11 @@
 """Root URL configuration."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents_app.api.endpoints import endpoint_patterns
+from sessions_app.http import api_not_found
 
 handler404 = "sessions_app.http.not_found"
 
@@ -16,5 +17,8 @@ urlpatterns = [
     path("api/", include(endpoint_patterns())),
     path("api/", include("agents_app.api.urls")),
     path("api/", include("streams_app.urls")),
+    # Last of the API: a path no route above matches gets the JSON 404, even under DEBUG.
+    re_path(r"^api/", api_not_found, name="api-not-found"),
     path("chat/", include("agents_app.chat_urls")),
+    path("", include("agents_app.health.urls")),
 ]

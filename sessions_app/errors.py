@@ -4,7 +4,7 @@ Each carries a machine-readable `code` and a `details` dict; the API layer maps 
 status codes and `{"error": {"code", "message", "details"}}` bodies.
 """
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -214,3 +214,27 @@ class SearchUnsupported(HelixError):
 
     def __init__(self, backend: str) -> None:
         super().__init__(f"The session store {backend} has no full-text search.", backend=backend)
+
+
+class InvalidJSON(InvalidInput):
+    """A request body or WebSocket frame is not JSON that Helix takes."""
+
+    code = "invalid-json"
+
+
+class InvalidFrame(HelixError):
+    """A WebSocket frame is not one of its socket's protocol."""
+
+    code = "invalid-frame"
+
+
+class UnknownFrameType(InvalidFrame):
+    code = "unknown-type"
+
+    def __init__(self, frame_type: str, *, known: Iterable[str]) -> None:
+        names = sorted(known)
+        super().__init__(
+            f"This socket takes no frames of type {frame_type!r}; it takes {', '.join(names)}.",
+            type=frame_type,
+            known=names,
+        )

@@ -1,6 +1,5 @@
 """Middleware of the API surface."""
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -9,7 +8,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import sync_and_async_middleware
 
 from sessions_app.conf import helix_setting
+from sessions_app.errors import InvalidJSON
 from sessions_app.http import error_body
+from sessions_app.parsers import json_loads
 
 
 @sync_and_async_middleware
@@ -60,8 +61,8 @@ def _has_nul(request: HttpRequest) -> HttpResponse | None:
         where = "query"
     elif request.content_type == "application/json" and b"\\u0000" in request.body:
         try:
-            where = "body" if _holds_nul(json.loads(request.body)) else None
-        except ValueError:
+            where = "body" if _holds_nul(json_loads(request.body)) else None
+        except InvalidJSON:
             where = None  # Not JSON: the view's parser says so.
     else:
         where = None

@@ -261,10 +261,22 @@ class Run(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     started_at = models.DateTimeField(default=timezone.now)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # The recovery sweep's marks: when it last found the run stalled, at which step, and how
+    # often in a row at that step.
+    recovered_at = models.DateTimeField(null=True, blank=True)
+    recovered_step = models.PositiveIntegerField(null=True, blank=True)
+    recoveries = models.PositiveIntegerField(default=0)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["session", "turn"], name="run_session_turn"),
+        ]
+        indexes = [  # The sweep looks at running runs only.
+            models.Index(
+                fields=["started_at"],
+                name="run_running",
+                condition=models.Q(status="running"),
+            ),
         ]
 
     def __str__(self) -> str:

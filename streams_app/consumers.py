@@ -4,7 +4,9 @@ Frames are JSON stream events (DESIGN "Wire shapes"). When several events are re
 (a replay, a burst), they go in one frame, `{"type": "batch", "events": [event, ...]}`, in
 order: one frame costs Daphne about as much as one event, so a 10,000-chunk replay takes a
 handful of frames. The client may send `{"type": "ping"}`; the answer is `{"type": "pong"}`.
-The socket closes with 1000 after `end` and 1011 after `fail`.
+Any other frame (binary, not JSON, another type) is answered with an error frame,
+`{"type": "error", "code", "message"}`, and the socket stays open. The socket closes with 1000
+after `end` and 1011 after `fail`.
 
 Database calls go through `database_sync_to_async`, which drops broken or expired connections
 around each call, as long-lived consumers must.
@@ -20,7 +22,8 @@ from autobahn.exception import Disconnected  # What Daphne raises on sending to 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from sessions_app.errors import SessionNotFound
+from sessions_app.errors import InvalidFrame, InvalidJSON, SessionNotFound, UnknownFrameType
+from sessions_app.parsers import error_frame, frame_loads
 from sessions_app.selectors import asession_for_user
 from streams_app.backends import get_stream_manager
 from streams_app.backends.base import FailEvent, StreamEvent
@@ -58,10 +61,17 @@ class StreamConsumer(AsyncWebsocketConsumer):
         self.pump = asyncio.create_task(self._pump())
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None):
-        """Answer pings; ignore anything else."""
-        with contextlib.suppress(ValueError, TypeError):
-            if json.loads(text_data or "").get("type") == "ping":
-                await self.send(text_data=json.dumps({"type": "pong"}))
+        """Answer a ping with a pong, and any other frame with an error frame."""
+        try:
+            frame = frame_loads(text_data, bytes_data)
+            if frame["type"] != "ping":
+                raise UnknownFrameType(frame["type"], known=["ping"])
+        except (InvalidFrame, InvalidJSON) as error:
+            reply = error_frame(error)
+        else:
+            reply = {"type": "pong"}
+        with contextlib.suppress(Disconnected):  # The client left; `disconnect` cleans up.
+            await self.send(text_data=json.dumps(reply))
 
     async def disconnect(self, code: int) -> None:
         """Stop sending and release the reader."""

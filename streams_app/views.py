@@ -10,11 +10,12 @@ import json
 from collections.abc import AsyncIterator
 
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app.auth import arequest_user
 from sessions_app.conf import helix_setting
 from sessions_app.errors import HelixError
-from sessions_app.http import error_body, error_response
+from sessions_app.http import error_body, error_response, require_methods
 from sessions_app.selectors import asession_for_user
 from streams_app.backends import get_stream_manager
 from streams_app.backends.base import ChunkEvent, FailEvent, ResyncEvent, StreamEvent
@@ -24,6 +25,8 @@ from streams_app.resume import resume_point
 HEARTBEAT = b": heartbeat\n\n"
 
 
+@csrf_exempt  # Only GET gets through, which CSRF never checks; a refusal would be HTML.
+@require_methods("GET")
 async def stream_events(request: HttpRequest, session_id: str) -> HttpResponse:
     """Stream the session's events to its owner as server-sent events."""
     user = await arequest_user(request)

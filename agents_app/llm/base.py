@@ -7,7 +7,6 @@ interrupt): iteration then ends promptly and quietly, without an error and witho
 """
 
 import functools
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -16,6 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from sessions_app.conf import helix_setting
+from sessions_app.errors import InvalidJSON
+from sessions_app.parsers import json_loads
 from sessions_app.stores.types import Message
 
 DEFAULT_BACKEND = "agents_app.llm.scripted.ScriptedAdapter"
@@ -156,13 +157,14 @@ def build_adapter(context: AdapterContext, llm_config: dict[str, Any] | None = N
 def parse_tool_arguments(raw: str) -> tuple[dict[str, Any], bool]:
     """Return a tool call's arguments from their JSON text, and whether they were invalid.
 
-    Empty text is no arguments; text that is not a JSON object becomes ``{"_raw": text}``.
+    Empty text is no arguments; text that is not a JSON object becomes ``{"_raw": text}``, as
+    does one nested too deeply or holding numbers JSON cannot carry (`sessions_app.parsers`).
     """
     if not raw.strip():
         return {}, False
     try:
-        arguments = json.loads(raw)
-    except ValueError:
+        arguments = json_loads(raw)
+    except InvalidJSON:
         return {"_raw": raw}, True
     if not isinstance(arguments, dict):
         return {"_raw": raw}, True

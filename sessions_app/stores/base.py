@@ -16,13 +16,14 @@ Conventions every backend keeps (the conformance suite checks each one):
 """
 
 import abc
+import contextlib
 from collections.abc import Callable, Collection, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Concatenate
 
 from asgiref.sync import sync_to_async
 
-from sessions_app.errors import SearchUnsupported
+from sessions_app.errors import SearchUnsupported, SessionNotFound
 from sessions_app.stores import rules
 from sessions_app.stores.types import (
     LIVE_STATUSES,
@@ -49,6 +50,7 @@ from sessions_app.stores.types import (
     StagedChange,
     StagedChangeStatus,
     StagedToolChange,
+    StalledRun,
     StepClaim,
     StepWrites,
     SubSessionRef,
@@ -159,12 +161,18 @@ class SessionStateStore(abc.ABC):
         *,
         expected_version: int | None = None,
         release_lease_of: str | None = None,
+        stage: Sequence[StagedToolChange] = (),
+        forget_tool_calls: bool = False,
     ) -> CommitResult:
         """Commit one step in a single transaction.
 
-        Appends `messages`, writes `state`, promotes the step's staged changes and records a
-        checkpoint at the new message count; all of it becomes visible together or not at all.
-        The step lease of `release_lease_of`, if it holds it, is released cleanly with it.
+        Stages `stage` (as `stage_changes` would) under the checkpoint's step id, appends
+        `messages`, writes `state`, promotes the step's staged changes, drops the step's tool
+        call records if `forget_tool_calls`, and records a checkpoint at the new message count;
+        all of it becomes visible together or not at all. A finished step ends the lease's run
+        of abandoned holders (`Lease.abandoned` goes back to 0); the step lease of
+        `release_lease_of`, if it holds it, is released cleanly with it, and otherwise whoever
+        holds the lease keeps it.
         """
 
     # Atomic operations
@@ -233,19 +241,36 @@ class SessionStateStore(abc.ABC):
         """
 
     def claim_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
-        """Take the step lease as `acquire_lease` does and return it with the session's state.
+        """Take the step lease as `acquire_lease` does; return it with the state and current run.
 
         The state is read under the lease, with the new version and any interrupt flag. A
-        backend may do both at once; this default takes the lease, then loads the state.
+        backend may do it all at once; this default takes the lease, then reads the rest.
         """
         lease = self.acquire_lease(session_id, holder, ttl)
         if lease is None:
             return None
-        return StepClaim(lease=lease, state=self.load_state(session_id))
+        return StepClaim(
+            lease=lease,
+            state=self.load_state(session_id),
+            run=self.get_current_run(session_id),
+        )
 
     @abc.abstractmethod
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         """Extend `holder`'s lease to `ttl` seconds from now; return whether it still holds it."""
+
+    def renew_leases(self, holders: Mapping[str, str], ttl: float) -> set[str]:
+        """Renew many leases at once, `holders` mapping session ids to holders.
+
+        Return the sessions whose holder still held the lease (a missing session is not one).
+        A backend may do it in one round trip; this default renews them one by one.
+        """
+        renewed = set()
+        for session_id, holder in holders.items():
+            with contextlib.suppress(SessionNotFound):
+                if self.renew_lease(session_id, holder, ttl):
+                    renewed.add(session_id)
+        return renewed
 
     @abc.abstractmethod
     def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
@@ -264,6 +289,14 @@ class SessionStateStore(abc.ABC):
     @abc.abstractmethod
     def check_interrupt_flag(self, session_id: str) -> InterruptFlagInfo | None:
         """Return the raised interrupt flag, or `None`."""
+
+    def check_interrupt_flags(self, session_ids: Collection[str]) -> dict[str, InterruptFlagInfo]:
+        """Return the raised flags among the sessions, by session id.
+
+        A backend may read them in one round trip; this default reads them one by one.
+        """
+        flags = {session_id: self.check_interrupt_flag(session_id) for session_id in session_ids}
+        return {session_id: flag for session_id, flag in flags.items() if flag is not None}
 
     @abc.abstractmethod
     def clear_interrupt_flag(self, session_id: str) -> None:
@@ -494,6 +527,16 @@ class SessionStateStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def mark_stalled_runs(self, idle_since: datetime, *, limit: int = 100) -> list[StalledRun]:
+        """Return up to `limit` stalled runs, counting this recovery on each.
+
+        A run is stalled when it is running, its session is active, and since `idle_since`
+        nothing moved it: no step committed, no lease was held, and no earlier call returned
+        it. Its `recoveries` count the calls that returned it at the same step in a row; a
+        committed step starts the count again. Two sweeps at once never return the same run.
+        """
+
+    @abc.abstractmethod
     def get_current_run(self, session_id: str) -> RunRecord | None:
         """Return the session's latest run, or `None`."""
 
@@ -558,8 +601,8 @@ class SessionStateStore(abc.ABC):
     # Tool call records: what a step's tool calls did, until the step commits
 
     @abc.abstractmethod
-    def begin_tool_call(self, session_id: str, step_id: str, tool_call_id: str) -> None:
-        """Record, durably and before it runs, that an attempt at the step begins the call.
+    def begin_tool_calls(self, session_id: str, step_id: str, tool_call_ids: Sequence[str]) -> None:
+        """Record, durably and before they run, that an attempt at the step begins the calls.
 
         Beginning a call already recorded changes nothing.
         """
@@ -608,9 +651,11 @@ class SessionStateStore(abc.ABC):
     aacquire_lease = async_twin(acquire_lease)
     aclaim_step = async_twin(claim_step)
     arenew_lease = async_twin(renew_lease)
+    arenew_leases = async_twin(renew_leases)
     arelease_lease = async_twin(release_lease)
     aset_interrupt_flag = async_twin(set_interrupt_flag)
     acheck_interrupt_flag = async_twin(check_interrupt_flag)
+    acheck_interrupt_flags = async_twin(check_interrupt_flags)
     aclear_interrupt_flag = async_twin(clear_interrupt_flag)
     aadd_sub_session_refs = async_twin(add_sub_session_refs)
     aupdate_sub_session_ref = async_twin(update_sub_session_ref)
@@ -638,6 +683,7 @@ class SessionStateStore(abc.ABC):
     asearch_messages = async_twin(search_messages)
     asearch_owner_messages = async_twin(search_owner_messages)
     aget_current_run = async_twin(get_current_run)
+    amark_stalled_runs = async_twin(mark_stalled_runs)
     alist_runs = async_twin(list_runs)
     aqueue_run = async_twin(queue_run)
     atake_queued_run = async_twin(take_queued_run)
@@ -647,7 +693,7 @@ class SessionStateStore(abc.ABC):
     apromote_staging = async_twin(promote_staging)
     arollback_staging = async_twin(rollback_staging)
     aget_staged_changes = async_twin(get_staged_changes)
-    abegin_tool_call = async_twin(begin_tool_call)
+    abegin_tool_calls = async_twin(begin_tool_calls)
     afinish_tool_call = async_twin(finish_tool_call)
     aget_tool_calls = async_twin(get_tool_calls)
     aforget_tool_calls = async_twin(forget_tool_calls)

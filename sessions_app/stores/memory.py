@@ -55,6 +55,7 @@ from sessions_app.stores.types import (
     StagedChange,
     StagedChangeStatus,
     StagedToolChange,
+    StalledRun,
     StepWrites,
     SubSessionRef,
     SubSessionRefUpdate,
@@ -107,6 +108,8 @@ class InMemorySessionStateStore(SessionStateStore):
         self._abandoned: dict[str, int] = {}  # Lease holders in a row that left their step.
         self._sub_session_refs: dict[str, dict[str, SubSessionRef]] = {}
         self._runs: dict[str, RunRecord] = {}
+        # Per run: when the recovery sweep last found it stalled, at which step, how often.
+        self._recovered: dict[str, tuple[datetime, int, int]] = {}
         self._queued: dict[str, list[QueuedRun]] = {}
         self._checkpoints: dict[str, list[Checkpoint]] = {}
         self._staged: dict[str, dict[tuple[str, str], StagedChange]] = {}
@@ -195,6 +198,7 @@ class InMemorySessionStateStore(SessionStateStore):
             self._tool_calls.pop(session_id)
             for run_id in [r.run_id for r in self._runs.values() if r.session_id == session_id]:
                 del self._runs[run_id]
+                self._recovered.pop(run_id, None)
             self._queued.pop(session_id, None)
             return True
 
@@ -233,9 +237,12 @@ class InMemorySessionStateStore(SessionStateStore):
         *,
         expected_version: int | None = None,
         release_lease_of: str | None = None,
+        stage: Sequence[StagedToolChange] = (),
+        forget_tool_calls: bool = False,
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
         fields = _state_fields_in(state)
+        staged = self._staged_records(session_id, checkpoint.step_id, stage)
         with self._lock:
             stored = self._checked(session_id, expected_version)
             now = timezone.now()
@@ -256,15 +263,18 @@ class InMemorySessionStateStore(SessionStateStore):
             self._store_messages(session_id, planned)
             self._write_state(stored, message_count=message_count, **fields)
             self._checkpoints[session_id].append(record)
+            self._store_staged(session_id, checkpoint.step_id, staged)
             self._mark_staged(
                 session_id,
                 checkpoint.step_id,
                 StagedChangeStatus.PROMOTED,
                 checkpoint_id=record.checkpoint_id,
             )
+            if forget_tool_calls:
+                self._forget_tool_calls(session_id, checkpoint.step_id)
+            self._abandoned.pop(session_id, None)
             if release_lease_of is not None and self._holds(session_id, release_lease_of):
                 del self._leases[session_id]
-                self._abandoned.pop(session_id, None)
         return CommitResult(checkpoint_id=record.checkpoint_id, new_version=new_version)
 
     # Atomic operations
@@ -747,6 +757,43 @@ class InMemorySessionStateStore(SessionStateStore):
             self._runs[run_id] = record
             return copy.deepcopy(record)
 
+    def mark_stalled_runs(self, idle_since: datetime, *, limit: int = 100) -> list[StalledRun]:
+        rules.check_page(0, limit)
+        now = timezone.now()
+        with self._lock:
+            stalled = []
+            for run in sorted(self._runs.values(), key=lambda r: r.started_at):
+                if len(stalled) == limit:
+                    break
+                if not self._stalled(run, idle_since):
+                    continue
+                step_count = self._sessions[run.session_id].step_count
+                _, step, recoveries = self._recovered.get(run.run_id, (None, None, 0))
+                count = recoveries + 1 if step == step_count else 1
+                self._recovered[run.run_id] = (now, step_count, count)
+                stalled.append(
+                    StalledRun(
+                        session_id=run.session_id,
+                        run_id=run.run_id,
+                        step=step_count + 1,
+                        recoveries=count,
+                    )
+                )
+            return stalled
+
+    def _stalled(self, run: RunRecord, idle_since: datetime) -> bool:
+        state = self._sessions.get(run.session_id)
+        _, expires_at = self._leases.get(run.session_id, ("", None))
+        recovered_at = self._recovered.get(run.run_id, (None,))[0]
+        return (
+            run.status == RunStatus.RUNNING
+            and state is not None
+            and state.status == SessionStatus.ACTIVE
+            and state.updated_at < idle_since
+            and (expires_at is None or expires_at < idle_since)
+            and (recovered_at is None or recovered_at < idle_since)
+        )
+
     def update_run_status(
         self,
         run_id: str,
@@ -821,10 +868,19 @@ class InMemorySessionStateStore(SessionStateStore):
     def stage_changes(
         self, session_id: str, step_id: str, changes: Sequence[StagedToolChange]
     ) -> None:
+        records = self._staged_records(session_id, step_id, changes)
+        with self._lock:
+            self._get(session_id)
+            self._store_staged(session_id, step_id, records)
+
+    def _staged_records(
+        self, session_id: str, step_id: str, changes: Sequence[StagedToolChange]
+    ) -> list[StagedChange]:
+        """Return the changes as the records staging them would store (copies, checked)."""
         rules.check_identifier("step id", step_id)
         sizes = rules.check_staged_sizes(session_id, changes, self.max_staged_changes_bytes)
         now = timezone.now()
-        records = [
+        return [
             StagedChange(
                 session_id=session_id,
                 step_id=step_id,
@@ -840,11 +896,12 @@ class InMemorySessionStateStore(SessionStateStore):
             )
             for change, size in zip(changes, sizes, strict=True)
         ]
-        with self._lock:
-            self._get(session_id)
-            staged = self._staged[session_id]
-            for record in records:
-                staged[(step_id, record.tool_call_id)] = record
+
+    def _store_staged(self, session_id: str, step_id: str, records: list[StagedChange]) -> None:
+        """Store staged records, the last change of a call winning; the caller holds the lock."""
+        staged = self._staged[session_id]
+        for record in records:
+            staged[(step_id, record.tool_call_id)] = record
 
     def promote_staging(self, session_id: str, step_id: str, checkpoint_id: str) -> int:
         with self._lock:
@@ -858,12 +915,14 @@ class InMemorySessionStateStore(SessionStateStore):
             self._get(session_id)
             return self._mark_staged(session_id, step_id, StagedChangeStatus.ROLLED_BACK)
 
-    def begin_tool_call(self, session_id: str, step_id: str, tool_call_id: str) -> None:
+    def begin_tool_calls(self, session_id: str, step_id: str, tool_call_ids: Sequence[str]) -> None:
         rules.check_identifier("step id", step_id)
-        rules.check_identifier("tool call id", tool_call_id)
+        for tool_call_id in tool_call_ids:
+            rules.check_identifier("tool call id", tool_call_id)
         with self._lock:
             self._get(session_id)
-            self._tool_calls[session_id].setdefault((step_id, tool_call_id), None)
+            for tool_call_id in tool_call_ids:
+                self._tool_calls[session_id].setdefault((step_id, tool_call_id), None)
 
     def finish_tool_call(
         self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
@@ -886,11 +945,14 @@ class InMemorySessionStateStore(SessionStateStore):
 
     def forget_tool_calls(self, session_id: str, step_id: str) -> int:
         with self._lock:
-            calls = self._tool_calls.get(session_id, {})
-            forgotten = [key for key in calls if key[0] == step_id]
-            for key in forgotten:
-                del calls[key]
-            return len(forgotten)
+            return self._forget_tool_calls(session_id, step_id)
+
+    def _forget_tool_calls(self, session_id: str, step_id: str) -> int:
+        calls = self._tool_calls.get(session_id, {})
+        forgotten = [key for key in calls if key[0] == step_id]
+        for key in forgotten:
+            del calls[key]
+        return len(forgotten)
 
     def get_staged_changes(
         self,

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from sessions_app import models
 from sessions_app.errors import (
+    HelixError,
     MessageNotFound,
     RunAlreadyExists,
     RunNotFound,
@@ -29,7 +30,16 @@ from sessions_app.errors import (
 )
 from sessions_app.stores import rules, search
 from sessions_app.stores.base import SessionStateStore
-from sessions_app.stores.statements import execute, fetch_one, statements
+from sessions_app.stores.statements import (
+    CLAIMED_RUN_FIELDS,
+    column,
+    db_values,
+    execute,
+    fetch_one,
+    insert_rows,
+    statements,
+    update_row,
+)
 from sessions_app.stores.types import (
     LIVE_STATUSES,
     CasApplied,
@@ -58,6 +68,7 @@ from sessions_app.stores.types import (
     StagedChange,
     StagedChangeStatus,
     StagedToolChange,
+    StalledRun,
     StepClaim,
     StepWrites,
     SubSessionMode,
@@ -69,6 +80,22 @@ from sessions_app.stores.types import (
 )
 
 _CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
+_OUTCOME = models.ToolCallRecord._meta.get_field("outcome")
+# What an inserted message row holds: its place in the tree, then what it says (`_said`).
+_MESSAGE_INSERT_FIELDS = (
+    "id",
+    "session",
+    "sequence",
+    "parent",
+    "created_at",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "parts",
+    "metadata",
+)
 _SUMMARY_FIELDS = (
     "id",
     "name",
@@ -227,51 +254,103 @@ class ORMSessionStateStore(SessionStateStore):
         *,
         expected_version: int | None = None,
         release_lease_of: str | None = None,
+        stage: Sequence[StagedToolChange] = (),
+        forget_tool_calls: bool = False,
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
+        staged = self._staged_rows(session_id, checkpoint.step_id, stage)
         sql = statements(connection.vendor)
-        with transaction.atomic():
-            locked = fetch_one(sql.lock_for_commit, [session_id])
-            if locked is None:
-                raise SessionNotFound(session_id)
-            version, message_count, lease_holder = locked
-            _check_version(session_id, expected_version, version)
-            now = timezone.now()
-            message_count += len(_insert_messages(session_id, messages, now))
-            fields = rules.state_fields(state)
-            released = {}
-            if release_lease_of is not None and lease_holder == release_lease_of:
-                released = {"lease_holder": "", "lease_expires_at": None, "lease_abandoned": 0}
-            new_version = _write_state(
-                session_id, version, message_count=message_count, **_columns(fields), **released
-            )
-            snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
-            checkpoint_id = models.generate_id()
-            execute(
-                sql.insert_checkpoint,
-                [
-                    checkpoint_id,
+        now = timezone.now()
+        refused: HelixError | ValueError | None = None
+        # No savepoint in the caller's transaction (the step's): what is refused is refused
+        # before any write, and the caller's transaction stays usable; a database error fails
+        # it whole.
+        with transaction.atomic(savepoint=False):
+            try:
+                locked = fetch_one(sql.lock_for_commit, [session_id, session_id])
+                if locked is None:
+                    raise SessionNotFound(session_id)
+                version, message_count, lease_holder, *last = locked
+                _check_version(session_id, expected_version, version)
+                planned = _plan_messages(session_id, messages, now, last=last)
+                fields = rules.state_fields(state)
+            except (HelixError, ValueError) as error:  # Bad input or a lost race.
+                refused = error
+            else:
+                new_version, checkpoint_id = self._write_commit(
                     session_id,
-                    checkpoint.run_id or "",
-                    checkpoint.step_id,
-                    checkpoint.step_count,
-                    message_count,
-                    checkpoint.stream_sequence,
-                    _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
-                    connection.ops.adapt_datetimefield_value(now),
-                ],
-            )
-            execute(
-                sql.promote_staged,
-                [
-                    StagedChangeStatus.PROMOTED.value,
-                    checkpoint_id,
-                    session_id,
-                    StagedChangeStatus.STAGED.value,
-                    checkpoint.step_id,
-                ],
-            )
+                    state,
+                    fields,
+                    planned,
+                    checkpoint,
+                    now=now,
+                    version=version,
+                    message_count=message_count,
+                    release=release_lease_of is not None and lease_holder == release_lease_of,
+                    staged=staged,
+                    forget_tool_calls=forget_tool_calls,
+                )
+        if refused is not None:
+            raise refused
         return CommitResult(checkpoint_id=checkpoint_id, new_version=new_version)
+
+    def _write_commit(
+        self,
+        session_id: str,
+        state: SessionState,
+        fields: dict[str, Any],
+        planned: list[Message],
+        checkpoint: CheckpointMeta,
+        *,
+        now: datetime,
+        version: int,
+        message_count: int,
+        release: bool,
+        staged: list[tuple[Any, ...]],
+        forget_tool_calls: bool,
+    ) -> tuple[int, str]:
+        """Write a checked step commit in the open transaction; return version and checkpoint."""
+        sql = statements(connection.vendor)
+        _store_messages(session_id, planned, now)
+        message_count += len(planned)
+        lease = {"lease_abandoned": 0}  # The step finished.
+        if release:
+            lease |= {"lease_holder": "", "lease_expires_at": None}
+        new_version = _write_state(
+            session_id, version, message_count=message_count, **_columns(fields), **lease
+        )
+        snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
+        checkpoint_id = models.generate_id()
+        execute(
+            sql.insert_checkpoint,
+            [
+                checkpoint_id,
+                session_id,
+                checkpoint.run_id or "",
+                checkpoint.step_id,
+                checkpoint.step_count,
+                message_count,
+                checkpoint.stream_sequence,
+                _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
+                connection.ops.adapt_datetimefield_value(now),
+            ],
+        )
+        _upsert_staged(
+            staged, status=StagedChangeStatus.PROMOTED, checkpoint_id=checkpoint_id, now=now
+        )
+        execute(
+            sql.promote_staged,
+            [
+                StagedChangeStatus.PROMOTED.value,
+                checkpoint_id,
+                session_id,
+                StagedChangeStatus.STAGED.value,
+                checkpoint.step_id,
+            ],
+        )
+        if forget_tool_calls:
+            execute(sql.forget_tool_calls, [session_id, checkpoint.step_id])
+        return new_version, checkpoint_id
 
     # Atomic operations
 
@@ -392,11 +471,22 @@ class ORMSessionStateStore(SessionStateStore):
         models.AgentSession.interrupt_flag.related.set_cached_value(row, flag)
         taken_over = row.previous_holder not in ("", holder)
         lease = Lease(version=row.version, taken_over=taken_over, abandoned=row.lease_abandoned)
-        return StepClaim(lease=lease, state=_session_state(row))
+        return StepClaim(lease=lease, state=_session_state(row), run=_claimed_run(row))
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         expires_at = timezone.now() + timedelta(seconds=ttl)
         return _update_lease(session_id, holder, lease_expires_at=expires_at)
+
+    def renew_leases(self, holders: Mapping[str, str], ttl: float) -> set[str]:
+        if not holders:
+            return set()
+        expires_at = timezone.now() + timedelta(seconds=ttl)
+        params = [connection.ops.adapt_datetimefield_value(expires_at)]
+        for session_id, holder in holders.items():
+            params += [session_id, holder]
+        with connection.cursor() as cursor:
+            cursor.execute(statements(connection.vendor).renew_leases(len(holders)), params)
+            return {session_id for (session_id,) in cursor.fetchall()}
 
     def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
         if clean:
@@ -418,6 +508,10 @@ class ORMSessionStateStore(SessionStateStore):
     def check_interrupt_flag(self, session_id: str) -> InterruptFlagInfo | None:
         row = models.InterruptFlag.objects.filter(session_id=session_id).first()
         return None if row is None else _interrupt_flag(row)
+
+    def check_interrupt_flags(self, session_ids: Collection[str]) -> dict[str, InterruptFlagInfo]:
+        rows = models.InterruptFlag.objects.filter(session_id__in=list(session_ids))
+        return {row.session_id: _interrupt_flag(row) for row in rows}
 
     def clear_interrupt_flag(self, session_id: str) -> None:
         models.InterruptFlag.objects.filter(session_id=session_id).delete()
@@ -566,10 +660,15 @@ class ORMSessionStateStore(SessionStateStore):
             )
         return _compaction(row)
 
+    def get_history(
+        self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
+    ) -> list[Message]:
+        path = self.get_path(session_id, leaf_id, chunk_size=chunk_size)  # Finds the session.
+        return rules.apply_compactions(path, _compactions(session_id))
+
     def get_compactions(self, session_id: str) -> list[Compaction]:
         _require(session_id)
-        rows = models.Compaction.objects.filter(session_id=session_id)
-        return [_compaction(row) for row in rows.order_by("created_at", "pk")]
+        return _compactions(session_id)
 
     supports_search = True
 
@@ -785,6 +884,38 @@ class ORMSessionStateStore(SessionStateStore):
             row.save(update_fields=update_fields)
         return _run(row)
 
+    def mark_stalled_runs(self, idle_since: datetime, *, limit: int = 100) -> list[StalledRun]:
+        rules.check_page(0, limit)
+        now = timezone.now()
+        with transaction.atomic():
+            rows = list(
+                models.Run.objects.select_for_update(skip_locked=True, of=("self",))
+                .filter(
+                    Q(session__lease_expires_at__isnull=True)
+                    | Q(session__lease_expires_at__lt=idle_since),
+                    Q(recovered_at__isnull=True) | Q(recovered_at__lt=idle_since),
+                    status=RunStatus.RUNNING,
+                    session__status=SessionStatus.ACTIVE,
+                    session__updated_at__lt=idle_since,
+                )
+                .order_by("started_at")
+                .values_list(
+                    "id", "session_id", "session__step_count", "recovered_step", "recoveries"
+                )[:limit]
+            )
+            stalled = []
+            for run_id, session_id, step_count, recovered_step, recoveries in rows:
+                count = recoveries + 1 if recovered_step == step_count else 1
+                models.Run.objects.filter(pk=run_id).update(
+                    recovered_at=now, recovered_step=step_count, recoveries=count
+                )
+                stalled.append(
+                    StalledRun(
+                        session_id=session_id, run_id=run_id, step=step_count + 1, recoveries=count
+                    )
+                )
+        return stalled
+
     def get_current_run(self, session_id: str) -> RunRecord | None:
         row = models.Run.objects.filter(session_id=session_id).order_by("-turn").first()
         return None if row is None else _run(row)
@@ -831,46 +962,40 @@ class ORMSessionStateStore(SessionStateStore):
     def stage_changes(
         self, session_id: str, step_id: str, changes: Sequence[StagedToolChange]
     ) -> None:
-        rules.check_identifier("step id", step_id)
-        sizes = rules.check_staged_sizes(session_id, changes, self.max_staged_changes_bytes)
-        # One row per tool call, the last change winning (PostgreSQL's upsert cannot touch a
-        # row twice in one statement).
-        latest = {
-            change.tool_call_id: (change, size) for change, size in zip(changes, sizes, strict=True)
-        }
-        now = timezone.now()
-        rows = [
-            models.StagedChange(
-                session_id=session_id,
-                step_id=step_id,
-                tool_call_id=change.tool_call_id,
-                patches=change.patches,
-                merge_ops=[merge_op_to_json(op) for op in change.merge_ops],
-                size_bytes=size,
-                status=StagedChangeStatus.STAGED,
-                checkpoint_id="",
-                created_at=now,
-            )
-            for change, size in latest.values()
-        ]
-        with transaction.atomic(savepoint=False):  # As in the step commit, which calls this.
+        rows = self._staged_rows(session_id, step_id, changes)
+        with transaction.atomic(savepoint=False):
             found = _lock_if_found(session_id)
             if found:
-                models.StagedChange.objects.bulk_create(
-                    rows,
-                    update_conflicts=True,
-                    unique_fields=["session", "step_id", "tool_call_id"],
-                    update_fields=[
-                        "patches",
-                        "merge_ops",
-                        "size_bytes",
-                        "status",
-                        "checkpoint_id",
-                        "created_at",
-                    ],
+                _upsert_staged(
+                    rows, status=StagedChangeStatus.STAGED, checkpoint_id="", now=timezone.now()
                 )
         if not found:
             raise SessionNotFound(session_id)
+
+    def _staged_rows(
+        self, session_id: str, step_id: str, changes: Sequence[StagedToolChange]
+    ) -> list[tuple[Any, ...]]:
+        """Return the checked changes as staged rows' leading values, one per tool call.
+
+        The values are those of `_STAGED_KEY_FIELDS`; a call's last change wins (PostgreSQL's
+        upsert cannot touch a row twice in one statement).
+        """
+        rules.check_identifier("step id", step_id)
+        sizes = rules.check_staged_sizes(session_id, changes, self.max_staged_changes_bytes)
+        latest = {
+            change.tool_call_id: (change, size) for change, size in zip(changes, sizes, strict=True)
+        }
+        return [
+            (
+                session_id,
+                step_id,
+                change.tool_call_id,
+                change.patches,
+                [merge_op_to_json(op) for op in change.merge_ops],
+                size,
+            )
+            for change, size in latest.values()
+        ]
 
     def promote_staging(self, session_id: str, step_id: str, checkpoint_id: str) -> int:
         with transaction.atomic():
@@ -884,22 +1009,38 @@ class ORMSessionStateStore(SessionStateStore):
             _lock(session_id, "id")
             return _staged(session_id, step_id).update(status=StagedChangeStatus.ROLLED_BACK)
 
-    def begin_tool_call(self, session_id: str, step_id: str, tool_call_id: str) -> None:
+    def begin_tool_calls(self, session_id: str, step_id: str, tool_call_ids: Sequence[str]) -> None:
         rules.check_identifier("step id", step_id)
-        rules.check_identifier("tool call id", tool_call_id)
-        _require(session_id)
-        row = models.ToolCallRecord(
-            session_id=session_id, step_id=step_id, tool_call_id=tool_call_id
-        )
-        models.ToolCallRecord.objects.bulk_create([row], ignore_conflicts=True)
+        for tool_call_id in tool_call_ids:
+            rules.check_identifier("tool call id", tool_call_id)
+        now = timezone.now()
+        sql = statements(connection.vendor).begin_tool_calls(len(tool_call_ids))
+        if sql is None or not tool_call_ids:
+            _require(session_id)
+            rows = [
+                models.ToolCallRecord(
+                    session_id=session_id, step_id=step_id, tool_call_id=call_id, created_at=now
+                )
+                for call_id in tool_call_ids
+            ]
+            models.ToolCallRecord.objects.bulk_create(rows, ignore_conflicts=True)
+            return
+        # One round trip: the statement inserts under the session's row and says if it found it.
+        params = [session_id]
+        for call_id in tool_call_ids:
+            params += [step_id, call_id, now]
+        if not fetch_one(sql, params)[0]:
+            raise SessionNotFound(session_id)
 
     def finish_tool_call(
         self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
     ) -> bool:
-        calls = models.ToolCallRecord.objects.filter(
-            session_id=session_id, step_id=step_id, tool_call_id=tool_call_id
-        )
-        return calls.update(outcome=outcome) > 0
+        with connection.cursor() as cursor:
+            cursor.execute(
+                statements(connection.vendor).finish_tool_call,
+                [_OUTCOME.get_db_prep_save(outcome, connection), session_id, step_id, tool_call_id],
+            )
+            return cursor.rowcount > 0
 
     def get_tool_calls(self, session_id: str, step_id: str) -> dict[str, ToolCallRecord]:
         rows = models.ToolCallRecord.objects.filter(session_id=session_id, step_id=step_id)
@@ -909,8 +1050,9 @@ class ORMSessionStateStore(SessionStateStore):
         }
 
     def forget_tool_calls(self, session_id: str, step_id: str) -> int:
-        calls = models.ToolCallRecord.objects.filter(session_id=session_id, step_id=step_id)
-        return calls.delete()[0]
+        with connection.cursor() as cursor:
+            cursor.execute(statements(connection.vendor).forget_tool_calls, [session_id, step_id])
+            return cursor.rowcount
 
     def get_staged_changes(
         self,
@@ -1015,45 +1157,74 @@ def _fail_expired(sessions, error: str, failure_reason: str, now: datetime) -> N
 
 def _write_state(session_id: str, version: int, **columns: Any) -> int:
     """Write state columns of a locked session with the next version; return that version."""
-    models.AgentSession.objects.filter(pk=session_id).update(
-        version=version + 1, updated_at=timezone.now(), **columns
+    names = ("version", "updated_at", *columns)
+    values = (version + 1, timezone.now(), *columns.values())
+    execute(
+        update_row(models.AgentSession, names),
+        [*db_values(models.AgentSession, names, values), session_id],
     )
     return version + 1
 
 
 def _insert_messages(session_id: str, messages: Sequence[Message], now: datetime) -> list[Message]:
     """Insert messages after the session's last one; the caller holds the session lock."""
+    planned = _plan_messages(session_id, messages, now)
+    _store_messages(session_id, planned, now)
+    return planned
+
+
+def _plan_messages(
+    session_id: str,
+    messages: Sequence[Message],
+    now: datetime,
+    *,
+    last: Sequence[Any] | None = None,
+) -> list[Message]:
+    """Return the messages an append stores (`rules.plan_append`); write nothing.
+
+    `last` is the id and sequence of the session's last message when the caller read them
+    under the session lock (both `None` when it has none); otherwise they are read now.
+    """
     if not messages:
         return []
-    last_id, last_sequence = fetch_one(
-        statements(connection.vendor).last_message, [session_id]
-    ) or (None, 0)
+    if last is None:
+        last = fetch_one(statements(connection.vendor).last_message, [session_id])
+    last_id, last_sequence = last or (None, None)
     wanted = rules.lookup_ids(messages)
     stored_sessions = (
         dict(models.Message.objects.filter(pk__in=wanted).values_list("id", "session_id"))
         if wanted
         else {}
     )
-    planned = rules.plan_append(
+    return rules.plan_append(
         session_id,
         messages,
         stored_sessions=stored_sessions,
         last_message_id=last_id,
-        last_sequence=last_sequence,
+        last_sequence=last_sequence or 0,
         now=now,
     )
-    models.Message.objects.bulk_create(
-        models.Message(
-            id=message.id,
-            session_id=session_id,
-            sequence=message.sequence,
-            parent_id=message.parent_id,
-            created_at=now,
-            **_said(message),
+
+
+def _store_messages(session_id: str, planned: Sequence[Message], now: datetime) -> None:
+    """Insert planned messages in one statement."""
+    if not planned:
+        return
+    values = []
+    for message in planned:
+        values += db_values(
+            models.Message,
+            _MESSAGE_INSERT_FIELDS,
+            (
+                message.id,
+                session_id,
+                message.sequence,
+                message.parent_id,
+                now,
+                *_said(message).values(),
+            ),
         )
-        for message in planned
-    )
-    return planned
+    execute(insert_rows(models.Message, _MESSAGE_INSERT_FIELDS, len(planned)), values)
 
 
 def _said(message: Message) -> dict[str, Any]:
@@ -1069,10 +1240,45 @@ def _said(message: Message) -> dict[str, Any]:
     }
 
 
+def _compactions(session_id: str) -> list[Compaction]:
+    """Return the session's compactions in the order they were added (a written-out query)."""
+    rows = models.Compaction.objects.raw(statements(connection.vendor).compactions, [session_id])
+    return [_compaction(row) for row in rows]
+
+
 def _staged(session_id: str, step_id: str):
     return models.StagedChange.objects.filter(
         session_id=session_id, step_id=step_id, status=StagedChangeStatus.STAGED
     )
+
+
+_STAGED_KEY_FIELDS = ("session", "step_id", "tool_call_id", "patches", "merge_ops", "size_bytes")
+_STAGED_FIELDS = (*_STAGED_KEY_FIELDS, "status", "checkpoint_id", "created_at")
+
+
+@functools.cache
+def _staged_upsert() -> str:
+    """Return the ON CONFLICT clause by which a call's new staged change replaces its old one."""
+    key = ", ".join(column(models.StagedChange, name) for name in _STAGED_FIELDS[:3])
+    updates = ", ".join(
+        f"{column(models.StagedChange, name)} = excluded.{column(models.StagedChange, name)}"
+        for name in _STAGED_FIELDS[3:]
+    )
+    return f" ON CONFLICT ({key}) DO UPDATE SET {updates}"
+
+
+def _upsert_staged(
+    rows: Sequence[tuple[Any, ...]], *, status: StagedChangeStatus, checkpoint_id: str, now
+) -> None:
+    """Stage `rows` (from `_staged_rows`) with `status`, replacing a call's earlier change."""
+    if not rows:
+        return
+    values = []
+    for row in rows:
+        values += db_values(
+            models.StagedChange, _STAGED_FIELDS, (*row, status.value, checkpoint_id, now)
+        )
+    execute(insert_rows(models.StagedChange, _STAGED_FIELDS, len(rows), _staged_upsert()), values)
 
 
 def _columns(fields: dict[str, Any]) -> dict[str, Any]:
@@ -1177,9 +1383,9 @@ def _message_from_row(row: tuple) -> Message:
     `get_path` reads whole conversations, and instances cost more than the query.
     """
     values = list(row[: len(MESSAGE_FIELDS)])
-    for index, column, converters in _message_converters(connection.vendor):
+    for index, col, converters in _message_converters(connection.vendor):
         for convert in converters:
-            values[index] = convert(values[index], column, connection)
+            values[index] = convert(values[index], col, connection)
     return _message(SimpleNamespace(**dict(zip(MESSAGE_ATTRIBUTES, values, strict=True))))
 
 
@@ -1240,6 +1446,20 @@ def _run(row: models.Run) -> RunRecord:
         started_at=row.started_at,
         completed_at=row.completed_at,
     )
+
+
+def _claimed_run(row: models.AgentSession) -> RunRecord | None:
+    """Return the current run a step claim read beside the session (`CLAIMED_RUN_FIELDS`)."""
+    if row.run_id is None:
+        return None
+    run = models.Run(session_id=row.id)
+    for name in CLAIMED_RUN_FIELDS:
+        field = models.Run._meta.get_field(name)
+        value = getattr(row, f"run_{name}")
+        for convert in field.get_db_converters(connection):
+            value = convert(value, field, connection)
+        setattr(run, field.attname, value)
+    return _run(run)
 
 
 def _staged_change(row: models.StagedChange) -> StagedChange:

@@ -1,13 +1,16 @@
-"""Written-out SQL for the store's hottest paths: the step commit, the message append, the claim.
+"""Written-out SQL for the store's hottest paths: the step commit, the claim, tool call records.
 
-Each statement is the one the ORM compiles for the same query, letter for letter, built once
-per database from the models' metadata. A step commit then pays for its database work and not
-for compiling six queries, which the benchmark (bench/) measured costing more than that work.
-`claim_step` is the exception: a PostgreSQL statement the ORM cannot express, which takes a step
-lease and reads the session in one round trip (other databases compose it from three queries).
-The naming helpers serve the stream append's statements too."""
+Where the ORM can express a statement, it is the one the ORM compiles for the same query, letter
+for letter, built once per database from the models' metadata; a step then pays for its database
+work and not for compiling a dozen queries, which the benchmark (bench/) measured costing more
+than that work. The others do in one round trip what the ORM would do in several: the claim
+(`claim_step`, PostgreSQL only) takes a step lease and reads the session, its interrupt flag and
+its current run; the commit's lock reads the session's last message beside its row; a batch of
+tool call records or lease renewals is one statement. The naming helpers serve the stream
+append's statements too."""
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +30,23 @@ CHECKPOINT_COLUMNS = (
     "state",
     "created_at",
 )
+# The current run's fields a step claim returns, each as the column `run_<name>`.
+CLAIMED_RUN_FIELDS = (
+    "id",
+    "turn",
+    "status",
+    "step_count",
+    "error",
+    "metadata",
+    "started_at",
+    "completed_at",
+)
 
 
 @dataclass(frozen=True)
 class Statements:
-    # Locks a session's row; returns its version, message count and lease holder.
+    # Locks a session's row; returns its version, message count and lease holder, and the id
+    # and sequence of its last message.
     lock_for_commit: str
     # Returns the id and sequence of a session's last message.
     last_message: str
@@ -41,6 +56,31 @@ class Statements:
     promote_staged: str
     # Takes a free or expired step lease (PostgreSQL only; `claim_step` composes it elsewhere).
     claim_step: str | None
+    # Reads a session's compactions in the order they were added.
+    compactions: str
+    # Sets a begun tool call's outcome.
+    finish_tool_call: str
+    # Drops a step's tool call records.
+    forget_tool_calls: str
+
+    def begin_tool_calls(self, count: int) -> str | None:
+        """Return the statement recording `count` begun tool calls of one session's step.
+
+        Parameters: the session id, then step id, tool call id and time per call. It inserts
+        what is not recorded yet and returns one row counting the sessions found (0 or 1).
+        PostgreSQL only: elsewhere the store composes it.
+        """
+        return _begin_tool_calls(self.vendor, count)
+
+    def renew_leases(self, count: int) -> str:
+        """Return the renewal of `count` leases in one statement.
+
+        Parameters: the new expiry, then session id and holder per lease. It returns the ids
+        of the sessions whose holder still held the lease.
+        """
+        return _renew_leases(count)
+
+    vendor: str
 
 
 def quote(name: str) -> str:
@@ -68,14 +108,22 @@ def statements(vendor: str) -> Statements:
     """Return the statements in the dialect of the `vendor` database."""
     database = connections[DEFAULT_DB_ALIAS]
     session, message, staged = models.AgentSession, models.Message, models.StagedChange
-    for_update = " FOR UPDATE" if database.features.has_select_for_update else ""
+    record, compaction = models.ToolCallRecord, models.Compaction
+    for_update_of_session = (
+        f" FOR UPDATE OF {table(session)}" if database.features.has_select_for_update_of else ""
+    )
     checkpoint_columns = ", ".join(column(models.Checkpoint, c) for c in CHECKPOINT_COLUMNS)
     return Statements(
         lock_for_commit=(
             f"SELECT {qualified(session, 'version')} AS {quote('version')}, "
             f"{qualified(session, 'message_count')} AS {quote('message_count')}, "
-            f"{qualified(session, 'lease_holder')} AS {quote('lease_holder')} "
-            f"FROM {table(session)} WHERE {qualified(session, 'id')} = %s{for_update}"
+            f"{qualified(session, 'lease_holder')} AS {quote('lease_holder')}, "
+            f"last.{column(message, 'id')}, last.{column(message, 'sequence')} "
+            f"FROM {table(session)} LEFT JOIN (SELECT {column(message, 'id')}, "
+            f"{column(message, 'sequence')} FROM {table(message)} "
+            f"WHERE {column(message, 'session')} = %s "
+            f"ORDER BY {column(message, 'sequence')} DESC LIMIT 1) AS last ON TRUE "
+            f"WHERE {qualified(session, 'id')} = %s{for_update_of_session}"
         ),
         last_message=(
             f"SELECT {qualified(message, 'id')} AS {quote('id')}, "
@@ -92,20 +140,66 @@ def statements(vendor: str) -> Statements:
             f"AND {qualified(staged, 'status')} = %s AND {qualified(staged, 'step_id')} = %s)"
         ),
         claim_step=_claim_step() if vendor == "postgresql" else None,
+        compactions=(
+            f"SELECT * FROM {table(compaction)} WHERE {column(compaction, 'session')} = %s "
+            f"ORDER BY {column(compaction, 'created_at')}, {column(compaction, 'id')}"
+        ),
+        finish_tool_call=(
+            f"UPDATE {table(record)} SET {column(record, 'outcome')} = %s "
+            f"WHERE {column(record, 'session')} = %s AND {column(record, 'step_id')} = %s "
+            f"AND {column(record, 'tool_call_id')} = %s"
+        ),
+        forget_tool_calls=(
+            f"DELETE FROM {table(record)} WHERE {column(record, 'session')} = %s "
+            f"AND {column(record, 'step_id')} = %s"
+        ),
+        vendor=vendor,
+    )
+
+
+@functools.cache
+def _begin_tool_calls(vendor: str, count: int) -> str | None:
+    if vendor != "postgresql":  # Data-modifying CTEs are PostgreSQL's.
+        return None
+    session, record = models.AgentSession, models.ToolCallRecord
+    identifier = column(session, "id")
+    columns = ", ".join(
+        column(record, name) for name in ("session", "step_id", "tool_call_id", "created_at")
+    )
+    return (
+        f"WITH found AS (SELECT {identifier} FROM {table(session)} WHERE {identifier} = %s), "
+        f"inserted AS (INSERT INTO {table(record)} ({columns}) "
+        f"SELECT found.{identifier}, calls.step_id, calls.call_id, calls.at::timestamptz "
+        f"FROM found, (VALUES {', '.join(['(%s, %s, %s)'] * count)}) "
+        f"AS calls (step_id, call_id, at) ON CONFLICT DO NOTHING) "
+        f"SELECT count(*) FROM found"
+    )
+
+
+@functools.cache
+def _renew_leases(count: int) -> str:
+    session = models.AgentSession
+    identifier = column(session, "id")
+    return (
+        f"UPDATE {table(session)} SET {column(session, 'lease_expires_at')} = %s "
+        f"WHERE ({identifier}, {column(session, 'lease_holder')}) IN "
+        f"(VALUES {', '.join(['(%s, %s)'] * count)}) RETURNING {identifier}"
     )
 
 
 def _claim_step() -> str:
-    """Return the claim of a step lease: lock, check, take, and return the row and the flag.
+    """Return the claim of a step lease: lock, check, take, and return the row, the flag and
+    the current run (its columns prefixed `run_`).
 
     Parameters: session id, now, holder, expiry, holder, holder, now. It returns no row when
     the session is missing or another holder's lease is unexpired. Taking over a lease its
     holder left counts one more abandoned attempt.
     """
-    session, flag = models.AgentSession, models.InterruptFlag
+    session, flag, run = models.AgentSession, models.InterruptFlag, models.Run
     holder, expires = column(session, "lease_holder"), column(session, "lease_expires_at")
     identifier, version = column(session, "id"), column(session, "version")
     abandoned = column(session, "lease_abandoned")
+    run_columns = ", ".join(f"run.{column(run, name)} AS run_{name}" for name in CLAIMED_RUN_FIELDS)
     return (
         f"WITH previous AS (SELECT {identifier}, {holder}, {expires} FROM {table(session)} "
         f"WHERE {identifier} = %s FOR UPDATE), "
@@ -117,8 +211,10 @@ def _claim_step() -> str:
         f"AND (previous.{holder} IN ('', %s) OR previous.{expires} <= %s) "
         f"RETURNING claimed.*, previous.{holder} AS previous_holder) "
         f"SELECT claimed.*, flag.{column(flag, 'reason')} AS flag_reason, "
-        f"flag.{column(flag, 'set_at')} AS flag_set_at FROM claimed "
-        f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = claimed.{identifier}"
+        f"flag.{column(flag, 'set_at')} AS flag_set_at, {run_columns} FROM claimed "
+        f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = claimed.{identifier} "
+        f"LEFT JOIN LATERAL (SELECT * FROM {table(run)} WHERE {column(run, 'session')} = "
+        f"claimed.{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1) AS run ON TRUE"
     )
 
 
@@ -133,3 +229,28 @@ def execute(sql: str, params: list[Any]) -> None:
     """Run a statement on the default database."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
+
+
+@functools.cache
+def insert_rows(model: type[Model], fields: tuple[str, ...], count: int, suffix: str = "") -> str:
+    """Return an INSERT of `count` rows of the model's `fields`, followed by `suffix`."""
+    columns = ", ".join(column(model, name) for name in fields)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    return f"INSERT INTO {table(model)} ({columns}) VALUES {', '.join([row] * count)}{suffix}"
+
+
+@functools.cache
+def update_row(model: type[Model], fields: tuple[str, ...]) -> str:
+    """Return an UPDATE of the model's `fields` in the row whose key is the last parameter."""
+    assignments = ", ".join(f"{column(model, name)} = %s" for name in fields)
+    key = column(model, model._meta.pk.name)
+    return f"UPDATE {table(model)} SET {assignments} WHERE {key} = %s"
+
+
+def db_values(model: type[Model], fields: Sequence[str], values: Sequence[Any]) -> list[Any]:
+    """Return `values` of the model's `fields` as the ORM would send them to the database."""
+    meta = model._meta
+    return [
+        meta.get_field(name).get_db_prep_save(value, connection)
+        for name, value in zip(fields, values, strict=True)
+    ]

@@ -325,7 +325,7 @@ class Lease:
     `taken_over` is true when the previous holder never released the lease cleanly (it died,
     stalled past its lease, or gave up with `clean=False`), so what it wrote may need undoing.
     `abandoned` counts the holders in a row that left it so, the previous one included; a clean
-    release or a commit that releases the lease sets it back to 0.
+    release or a step commit sets it back to 0.
     """
 
     version: int
@@ -335,10 +335,12 @@ class Lease:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepClaim:
-    """What `claim_step` took and read: the lease, and the session as it stood then."""
+    """What `claim_step` took and read: the lease, and the session and its current run as they
+    stood then."""
 
     lease: Lease
     state: SessionState
+    run: "RunRecord | None"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -392,6 +394,20 @@ class RunRecord:
     metadata: dict[str, Any]
     started_at: datetime
     completed_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StalledRun:
+    """A running run nothing has moved for a while, as `mark_stalled_runs` counted it.
+
+    `step` is the step to run next; `recoveries` counts the sweeps that found the run stalled
+    at that step, this one included.
+    """
+
+    session_id: str
+    run_id: str
+    step: int
+    recoveries: int
 
 
 @dataclass(kw_only=True, slots=True)

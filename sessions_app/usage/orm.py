@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from sessions_app import models
 from sessions_app.errors import SessionNotFound
-from sessions_app.stores.statements import column, fetch_one, table
+from sessions_app.stores.statements import column, db_values, fetch_one, insert_rows, table
 from sessions_app.usage import rules
 from sessions_app.usage.base import UsageStore
 from sessions_app.usage.types import (
@@ -50,28 +50,21 @@ class ORMUsageStore(UsageStore):
         prepared = rules.prepare_entries(entries, now=timezone.now())
         if not prepared:
             return []
-        session_ids = {entry.session_id for entry in prepared}
+        session_ids = sorted({entry.session_id for entry in prepared})
+        rows = [_row(entry) for entry in prepared]
         try:
             # No savepoint inside a caller's transaction (the step commit): a missing session
             # is reported after the block, which then wrote nothing.
             with transaction.atomic(savepoint=False):
-                found = set(
-                    models.AgentSession.objects.filter(pk__in=session_ids).values_list(
-                        "pk", flat=True
-                    )
-                )
-                missing = sorted(session_ids - found)
+                missing = sorted(set(session_ids) - _existing(session_ids))
                 if not missing:
-                    rows = models.UsageEntry.objects.bulk_create(_row(e) for e in prepared)
+                    _insert(rows)
         except IntegrityError:
             if connection.in_atomic_block:  # The caller's transaction is spoilt: it fails.
                 raise
             # A session was deleted between the check and the insert.
-            gone = session_ids - set(
-                models.AgentSession.objects.filter(pk__in=session_ids).values_list("pk", flat=True)
-            )
-            if gone:
-                raise SessionNotFound(sorted(gone)[0]) from None
+            if gone := sorted(set(session_ids) - _existing(session_ids)):
+                raise SessionNotFound(gone[0]) from None
             raise
         if missing:
             raise SessionNotFound(missing[0])
@@ -216,6 +209,41 @@ def _statements(vendor: str) -> _Statements:
 
 
 # Typed values to rows and back
+
+
+def _existing(session_ids: Sequence[str]) -> set[str]:
+    """Return which of the sessions exist, in one written-out query."""
+    session = models.AgentSession
+    identifier = column(session, "id")
+    sql = (
+        f"SELECT {identifier} FROM {table(session)} "
+        f"WHERE {identifier} IN ({', '.join(['%s'] * len(session_ids))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, list(session_ids))
+        return {session_id for (session_id,) in cursor.fetchall()}
+
+
+def _insert(rows: list[models.UsageEntry]) -> None:
+    """Insert the rows in one written-out statement and set their ids."""
+    names = tuple(field.name for field in _INSERTED_FIELDS)
+    values = []
+    for row in rows:
+        values += db_values(
+            models.UsageEntry, names, [getattr(row, field.attname) for field in _INSERTED_FIELDS]
+        )
+    returning = f" RETURNING {column(models.UsageEntry, 'id')}"
+    with connection.cursor() as cursor:
+        cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
+        ids = [row_id for (row_id,) in cursor.fetchall()]
+    for row, row_id in zip(rows, ids, strict=True):  # In insertion order on both databases.
+        row.pk = row_id
+
+
+# Every column of an entry but its id, which the database gives it.
+_INSERTED_FIELDS = tuple(
+    field for field in models.UsageEntry._meta.concrete_fields if not field.primary_key
+)
 
 
 def _row(entry: UsageEntry) -> models.UsageEntry:

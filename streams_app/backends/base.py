@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from sessions_app.errors import HelixError
 from sessions_app.stores.base import async_twin
 from streams_app.chunks import Chunk, chunk_to_wire
+from streams_app.errors import StreamClosed, StreamNotFound, WriterSuperseded
 from streams_app.models import Stream
 
 if TYPE_CHECKING:
@@ -98,6 +100,15 @@ class ResyncEvent:
 StreamEvent = ChunkEvent | EndEvent | FailEvent | ResyncEvent
 
 
+@dataclass(frozen=True, slots=True)
+class ChunkBatch:
+    """Wire-form chunks for one stream, from the exclusive writer of `epoch` if it is set."""
+
+    stream_id: str
+    chunks: list[dict[str, Any]]
+    epoch: int | None = None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Snapshot:
     """What a reader sees in one look at the store, taken status first, chunks second.
@@ -147,14 +158,21 @@ class StreamWriter:
         Dict chunks without `agentType` get the writer's. Nothing is stored unless every
         chunk is valid.
         """
-        if self.closed:
-            raise RuntimeError(f"The writer of stream {self.stream_id!r} is closed.")
-        wire = [
+        return self.append_wire(self.to_wire(chunks))
+
+    def to_wire(self, chunks: Sequence[Chunk | Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Return chunks validated, in wire form; dict chunks get the writer's agent type."""
+        return [
             chunk_to_wire(
                 {"agentType": self.agent_type, **chunk} if isinstance(chunk, Mapping) else chunk
             )
             for chunk in chunks
         ]
+
+    def append_wire(self, wire: list[dict[str, Any]]) -> list[int]:
+        """Append chunks `to_wire` returned, in one write; return their sequences."""
+        if self.closed:
+            raise RuntimeError(f"The writer of stream {self.stream_id!r} is closed.")
         if not wire:
             return []
         sequences = self.manager.append_chunks(self.stream_id, wire, epoch=self.epoch)
@@ -226,6 +244,22 @@ class StreamManager(abc.ABC):
         is active, and `WriterSuperseded` if `epoch` (an exclusive writer's) is not the
         stream's latest. Readers are told after the chunks are stored.
         """
+
+    def append_batches(self, batches: Sequence[ChunkBatch]) -> list[list[int] | HelixError]:
+        """Append to several streams at once; return each batch's sequences or its refusal.
+
+        Each batch is stored whole or not at all, as `append_chunks` stores it, and apart from
+        the others: one refused with `StreamNotFound`, `StreamClosed` or `WriterSuperseded`
+        gets that error in its place and the others are stored. A backend may store them all
+        in one round trip; this default appends them one by one.
+        """
+        results: list[list[int] | HelixError] = []
+        for batch in batches:
+            try:
+                results.append(self.append_chunks(batch.stream_id, batch.chunks, epoch=batch.epoch))
+            except (StreamNotFound, StreamClosed, WriterSuperseded) as refused:
+                results.append(refused)
+        return results
 
     @abc.abstractmethod
     def end_stream(self, stream_id: str, final_output: Any = None) -> None:
@@ -314,6 +348,7 @@ class StreamManager(abc.ABC):
     acreate_reader = async_twin(create_reader)
     acreate_resumable_reader = async_twin(create_resumable_reader)
     aappend_chunks = async_twin(append_chunks)
+    aappend_batches = async_twin(append_batches)
     aend_stream = async_twin(end_stream)
     afail_stream = async_twin(fail_stream)
     apause_stream = async_twin(pause_stream)

@@ -6,7 +6,7 @@ in order: a reader never sees sequence n+1 before n. Readers are rung through th
 """
 
 import functools
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,10 +15,12 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from sessions_app.errors import HelixError
 from sessions_app.stores.rules import check_identifier
 from sessions_app.stores.statements import column, table
 from streams_app.backends import notices
 from streams_app.backends.base import (
+    ChunkBatch,
     ChunkPage,
     SequencedChunk,
     Snapshot,
@@ -145,6 +147,49 @@ class ORMStreamManager(StreamManager):
                 self._trim(stream_id, count)
             transaction.on_commit(functools.partial(bell.ring, stream_id, notice_for(sequenced)))
         return [sequence for sequence, _ in sequenced]
+
+    def append_batches(self, batches: Sequence[ChunkBatch]) -> list[list[int] | HelixError]:
+        sql = _write_statements(connection.vendor).append_batches
+        if sql is None or self.max_chunks is not None or len(batches) < 2:
+            return super().append_batches(batches)
+        now = connection.ops.adapt_datetimefield_value(timezone.now())
+        to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
+        chunks = [(batch, chunk) for batch in batches for chunk in batch.chunks]
+        positions = [n for batch in batches for n in range(1, len(batch.chunks) + 1)]
+        with connection.cursor() as cursor:
+            # One statement reserves and inserts for every stream: one round trip, atomic on
+            # its own. A batch it cannot store (stream missing, not active, or fenced) reserves
+            # nothing; the one-stream path then says why.
+            cursor.execute(
+                sql,
+                [
+                    [batch.stream_id for batch in batches],
+                    [batch.epoch for batch in batches],
+                    [len(batch.chunks) for batch in batches],
+                    now,
+                    ACTIVE,
+                    now,
+                    [batch.stream_id for batch, _ in chunks],
+                    positions,
+                    [chunk["step"] for _, chunk in chunks],
+                    [chunk["type"] for _, chunk in chunks],
+                    [to_json(chunk, connection) for _, chunk in chunks],
+                ],
+            )
+            reserved = dict(cursor.fetchall())
+        results: list[list[int] | HelixError] = []
+        for batch in batches:
+            if batch.stream_id not in reserved:
+                results += super().append_batches([batch])
+                continue
+            last = reserved[batch.stream_id]
+            sequences = list(range(last - len(batch.chunks) + 1, last + 1))
+            sequenced = list(zip(sequences, batch.chunks, strict=True))
+            transaction.on_commit(
+                functools.partial(bell.ring, batch.stream_id, notice_for(sequenced))
+            )
+            results.append(sequences)
+        return results
 
     def end_stream(self, stream_id: str, final_output: Any = None) -> None:
         self._finish(stream_id, StreamStatus.ENDED, "end", final_output=final_output)
@@ -314,6 +359,11 @@ class _WriteStatements:
     insert: str
     append: str | None
     append_fenced: str | None
+    # Appends to several streams (PostgreSQL): parameters the streams' ids, epochs (or
+    # nulls) and chunk counts as arrays, now, the active status, now, then per chunk its
+    # stream id, position in its batch (from 1), step, type and JSON as arrays. Returns each
+    # stream it stored chunks in with its new last sequence.
+    append_batches: str | None
     # Opens an existing stream to a run's writer (PostgreSQL): parameters stream id, run id,
     # agent type, status, now, and 1 to fence earlier writers off, else 0. Returns the
     # writer epoch and the status before, or no row when the stream does not exist.
@@ -360,6 +410,22 @@ def _write_statements(vendor: str) -> _WriteStatements:
         f"WHERE opened.{identifier} = previous.{identifier} "
         f"RETURNING opened.{epoch}, previous.{status}, opened.{column(Stream, 'last_sequence')}"
     )
+    append_batches = (
+        "WITH batch AS (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) "
+        "AS batch(stream_id, epoch, size)), "
+        f"reserved AS (UPDATE {table(Stream)} AS stream "
+        f"SET {last} = stream.{last} + batch.size, {count} = stream.{count} + batch.size, "
+        f"{column(Stream, 'updated_at')} = %s FROM batch "
+        f"WHERE stream.{identifier} = batch.stream_id AND stream.{status} = %s "
+        f"AND (batch.epoch IS NULL OR stream.{epoch} = batch.epoch) "
+        f"RETURNING stream.{identifier} AS stream_id, stream.{last} AS last, batch.size), "
+        f"inserted AS (INSERT INTO {table(StreamChunk)} ({chunk_columns}) "
+        "SELECT chunk.stream_id, reserved.last - reserved.size + chunk.position, chunk.step, "
+        "chunk.type, chunk.body, %s FROM unnest(%s::varchar[], %s::integer[], %s::integer[], "
+        "%s::varchar[], %s::jsonb[]) AS chunk(stream_id, position, step, type, body) "
+        "JOIN reserved ON reserved.stream_id = chunk.stream_id) "
+        "SELECT stream_id, last FROM reserved"
+    )
     postgres = vendor == "postgresql"
     return _WriteStatements(
         reserve=update + returning,
@@ -368,6 +434,7 @@ def _write_statements(vendor: str) -> _WriteStatements:
         f"VALUES ({', '.join(['%s'] * 6)})",
         append=append(update) if postgres else None,
         append_fenced=append(fenced) if postgres else None,
+        append_batches=append_batches if postgres else None,
         open_writer=open_writer if postgres else None,
     )
 

@@ -6,6 +6,7 @@ where a test needs it (the flaky model counts its calls per run in the worker pr
 """
 
 import collections
+import time
 from types import SimpleNamespace
 
 from pydantic import BaseModel
@@ -47,7 +48,20 @@ def explode(note: Note, ctx) -> dict:
     raise RuntimeError(f"cannot handle {note.text}")
 
 
+class Nap(BaseModel):
+    seconds: float
+
+
+def sleep(nap: Nap, ctx) -> dict:
+    time.sleep(nap.seconds)  # Blocks its thread, as sync I/O in a tool would.
+    return {"slept": nap.seconds}
+
+
+SLOW_REPLY_SECONDS, SLOW_REPLY_DELTAS = 5.0, 5
+SLOW_REPLY = " ".join(f"slow{n}" for n in range(SLOW_REPLY_DELTAS * 3))
+
 note_tool = Tool(name="note", description="Take a note.", input_model=Note, execute=take_note)
+sleep_tool = Tool(name="sleep", description="Sleep a while.", input_model=Nap, execute=sleep)
 broken_tool = Tool(name="explode", description="Always fails.", input_model=Note, execute=explode)
 
 
@@ -375,6 +389,18 @@ SCRIPTED_AGENTS = [
         sequence_script(Turn(text="Reported.")),
     ),
     (Agent(name="second-chance"), second_chance_script),
+    # In flight: a reply streamed slowly, as a real model's; and a tool that blocks its thread.
+    (
+        Agent(name="slow-streamer"),
+        sequence_script(Turn(text=SLOW_REPLY, delay=SLOW_REPLY_SECONDS / SLOW_REPLY_DELTAS)),
+    ),
+    (
+        Agent(name="sleeper", tools=[sleep_tool]),
+        sequence_script(
+            Turn(tool_calls=[ScriptedToolCall(name="sleep", arguments={"seconds": 3})]),
+            Turn(text="Rested."),
+        ),
+    ),
     # Its system prompt raises, so every attempt at its first step does.
     (Agent(name="buggy", system_prompt=lambda state: state["missing"]), sequence_script(Turn())),
     # The memory API's: a readonly block, a small writable one, a searchable one, and compaction

@@ -132,7 +132,8 @@ def test_the_list_makes_the_same_queries_for_ten_rows_as_for_thousands(staff, ow
         ("agent_type=researcher", "bulk-00002", "bulk-00001"),
         ("has_parent=yes", "bulk-00011", "bulk-00002"),
         ("has_parent=no", "bulk-00002", "bulk-00011"),
-        (f"expires_at__gte={SOON}", "bulk-00002", "bulk-00003"),
+        # An id without the time, which differs between xdist workers' collections.
+        pytest.param(f"expires_at__gte={SOON}", "bulk-00002", "bulk-00003", id="expires-soon"),
         (f"created_at__gte={LONG_AGO}", "bulk-00002", None),
         (f"updated_at__lt={LONG_AGO}", None, "bulk-00002"),
         ("q=bulk-00042", "bulk-00042", "bulk-00041"),

@@ -31,6 +31,7 @@ BODIES = {
     "sessions_context_search_retrieve": {"q": "c"},  # A query, for a GET.
     "sessions_fork_create": {"atMessageId": "m-1"},
     "sessions_usage_create": {"inputTokens": 1, "outputTokens": 1},
+    "sessions_mcp_servers_create": {"name": "tools", "url": "http://127.0.0.1:9/mcp"},
 }
 # Starting on an id nobody holds creates that session, so only the foreign id answers 404.
 CREATES_WHEN_MISSING = {"sessions_start_create"}

@@ -138,7 +138,7 @@ def test_a_late_worker_never_resurrects_a_reaped_session(owner):
     written = get_stream_manager().get_stream_info(state.stream_id).latest_sequence
     reap_expired_sessions()
 
-    outcome = executor.run_step(session_id, run_id, 1)  # The step's task, delivered late.
+    outcome = executor.run_step(session_id, run_id, 1, holder="late")  # Its task, delivered late.
 
     with pytest.raises(StreamClosed):
         writer.write(text(session_id, "late"))
@@ -158,7 +158,7 @@ def test_a_late_worker_never_recreates_a_deleted_session(owner):
     writer = get_stream_manager().create_writer(stream_id, run_id, "counter")
     reap_expired_sessions(delete=True)
 
-    outcome = executor.run_step(session_id, run_id, 1)
+    outcome = executor.run_step(session_id, run_id, 1, holder="late")
 
     with pytest.raises(StreamNotFound):
         writer.write(text(session_id, "late"))

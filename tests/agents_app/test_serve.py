@@ -152,6 +152,7 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
         print(f"--- output of manage.py serve ---\n{server.output()}")
 
 
+@pytest.mark.one_backend("sqlite", reason="serve runs the embedded default whatever the run's")
 def test_serve_runs_site_worker_and_beat_and_stops_on_sigint(serve: Serve) -> None:
     login = f"{serve.site}/admin/login/"
     serve.wait_for(lambda: http_status(login) == 200, 60, "the login page answered 200")

@@ -71,11 +71,11 @@ def die_then_take_over(session_id: str, run_id: str):
     """Let step 1's attempt die, run the run to its end as the next worker would, and return
     the session, checking that the tool ran once across both attempts."""
     with pytest.raises(Crash):
-        executor.run_step(session_id, run_id, 1)
+        executor.run_step(session_id, run_id, 1, holder="first-worker")
     assert len(EFFECTS) == 1
     step = 1
-    while step is not None:
-        step = executor.run_step(session_id, run_id, step).next_step
+    while step is not None:  # One task going on from step to step under its lease.
+        step = executor.run_step(session_id, run_id, step, holder="next-worker").next_step
     state = get_session_store().load_state(session_id)
     assert state.status == SessionStatus.COMPLETED
     assert len(EFFECTS) == 1

@@ -1,6 +1,10 @@
 """Stored messages as AI SDK UI messages."""
 
+import pytest
+from rest_framework.test import APIClient
+
 from agents_app.ui import ui_messages
+from sessions_app.stores import get_session_store
 from sessions_app.stores.types import Message, MessageRole
 
 
@@ -68,3 +72,31 @@ def test_a_result_whose_call_is_not_converted_stands_alone_and_an_unanswered_cal
         }
     ]
     assert ui[1]["parts"][0]["state"] == "input-available"
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[" * 100_000 + "]" * 100_000, "NaN", "1e400", '{"score": -1e400}'],
+    ids=["deep", "nan", "huge", "huge-inside"],
+)
+def test_a_tool_result_that_is_json_no_response_can_carry_stays_text(content):
+    # Any client may append such a tool message through the conversation API.
+    ui = ui_messages([stored(MessageRole.TOOL, 1, content=content, tool_call_id="c-1")])
+
+    assert ui[0]["parts"][0]["output"] == content
+
+
+@pytest.mark.django_db
+def test_the_messages_api_reads_back_a_tool_result_of_deeply_nested_text(owner):
+    client = APIClient()
+    client.force_authenticate(owner)
+    get_session_store().create_session("s-1", agent_type="researcher", owner_id=owner.pk)
+    content = "[" * 100_000 + "]" * 100_000
+    message = {"role": "tool", "content": content, "toolCallId": "c-1", "name": "search"}
+    appended = client.post("/api/sessions/s-1/conversation", {"messages": [message]}, format="json")
+
+    response = client.get("/api/sessions/s-1/messages")
+
+    assert appended.status_code == 201
+    assert response.status_code == 200
+    assert response.json()["messages"][0]["parts"][0]["output"] == content

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -26,12 +27,19 @@ class Worker:
     """A Celery worker process group that can be killed, paused and started again."""
 
     def __init__(
-        self, tmp_path: Path, concurrency: int = 2, pool: str = "prefork", **env: str
+        self,
+        tmp_path: Path,
+        concurrency: int = 8,
+        pool: str = "threads",
+        beat: bool = False,
+        **env: str,
     ) -> None:
         self.queue = f"test-{uuid.uuid4().hex[:12]}"
         self.log = tmp_path / f"worker-{self.queue}.log"
         self.concurrency = concurrency
         self.pool = pool
+        # With `beat`, the worker also runs the beat schedule (the recovery sweep among it).
+        self.beat = ["--beat", "--schedule", str(tmp_path / f"beat-{self.queue}")] if beat else []
         self.env = live_env(
             tmp_path,
             # The filesystem broker lives in the var directory: share this process's.
@@ -50,7 +58,8 @@ class Worker:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
                  "--pool", self.pool, "--concurrency", str(self.concurrency), "--loglevel", "INFO",
-                 "--without-mingle", "--without-gossip", "--hostname", f"{self.queue}@%h"],
+                 "--without-mingle", "--without-gossip", "--hostname", f"{self.queue}@%h",
+                 *self.beat],
                 cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Its own process group: kill reaches the pool too.
             )  # fmt: skip
@@ -97,3 +106,44 @@ class Worker:
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signum)
+
+
+class Supervisor:
+    """Workers on one queue, each started again whenever it dies, as systemd or Kubernetes would.
+
+    A worker runs many steps in threads, so a crash takes all of them down at once; the
+    supervisor's restart and the broker's redelivery are what bring them back.
+    """
+
+    def __init__(self, tmp_path: Path, count: int, **options) -> None:
+        """Start `count` workers; the first also runs the beat schedule, as one beat would."""
+        self.workers = [Worker(tmp_path, beat=n == 0, **options) for n in range(count)]
+        for worker in self.workers[1:]:  # One queue: they share the work, as in production.
+            worker.queue = self.workers[0].queue
+            worker.env["CELERY_TASK_DEFAULT_QUEUE"] = worker.queue
+        self.restarts = 0
+        self._stopping = threading.Event()
+        self._watching = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> "Supervisor":
+        for worker in self.workers:
+            worker.start()
+        self._watching.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopping.set()
+        self._watching.join()
+        for worker in self.workers:
+            worker.stop()
+
+    def read_logs(self) -> str:
+        """Return what every worker logged."""
+        return "".join(worker.read_log() for worker in self.workers)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.05):
+            for worker in self.workers:
+                if worker.process.poll() is not None and not self._stopping.is_set():
+                    self.restarts += 1
+                    worker.start()

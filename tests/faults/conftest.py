@@ -1,14 +1,13 @@
 """The fault-injection suite (`tests/faults/`): real processes, real faults, counted outcomes.
 
 Each test injects one kind of fault many times and records its pass figure with `figure`; the
-figures are printed together at the end of the run, so CI's log shows what was proved.
+figures are printed together at the end of the run (by `tests/conftest.py`, which also collects
+them from xdist workers), so CI's log shows what was proved.
 """
 
 import pytest
 
 from tests.services import require
-
-FIGURES: list[str] = []
 
 
 @pytest.fixture
@@ -16,7 +15,9 @@ def figure(request):
     """Return `record(passed, tried, what)`, which keeps a pass figure for the summary."""
 
     def record(passed: int, tried: int, what: str) -> None:
-        FIGURES.append(f"{passed}/{tried} {what} ({request.node.name})")
+        request.node.user_properties.append(
+            ("figure", f"{passed}/{tried} {what} ({request.node.name})")
+        )
 
     return record
 
@@ -26,10 +27,3 @@ def backends():
     """Skip unless the run has PostgreSQL and Redis (`.ci/run` requires both)."""
     require("postgres")
     require("redis")
-
-
-def pytest_terminal_summary(terminalreporter) -> None:
-    if FIGURES:
-        terminalreporter.section("fault injection: pass figures")
-        for line in FIGURES:
-            terminalreporter.line(line)

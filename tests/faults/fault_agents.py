@@ -3,10 +3,11 @@
 The worker imports this module through `HELIX_AGENTS`. A session's `fault` metadata names what
 befalls it, once (a marker file in `HELIX_FAULT_DIR` says it happened):
 
-- `kill:<phase>@<step>`: the pool process running step <step> kills itself with SIGKILL at
-  <phase>: `before_model`, `streaming` (after two text deltas), `tool` (inside a tool, after
-  its side effect), `commit` (inside the step commit's transaction, after three statements)
-  or `after_commit` (the task returned, its message not yet acknowledged);
+- `kill:<phase>@<step>`: the worker process running step <step> kills itself (and every step
+  in flight in it) with SIGKILL at <phase>: `before_model`, `streaming` (after two text
+  deltas), `tool` (inside a tool, after its side effect), `commit` (inside the step commit's
+  transaction, after three statements) or `after_commit` (the task that committed the step
+  returned, its message not yet acknowledged);
 - `terminate:<n>@<step>`: PostgreSQL terminates the process's connection just before the
   <n>th statement of step <step>'s commit (`pg_terminate_backend`), as a failover would;
 - `count@<step>`: nothing befalls it; the statements of step <step>'s commit are counted into
@@ -144,6 +145,8 @@ def _in_commit(finish_step):
 
         def statement(execute, sql, params, many, context):
             nonlocal seen
+            if not connection.in_atomic_block:  # Chunks stored before the transaction began.
+                return execute(sql, params, many, context)
             seen += 1
             if (
                 fault == f"kill:commit@{self.step}"
@@ -178,8 +181,12 @@ def _terminate_own_connection() -> None:
 def _after_commit(sender=None, args=None, kwargs=None, **_):
     if sender is None or sender.name != "agents_app.tasks.run_step_task":
         return
-    session_id, _run_id, step = (*args, *kwargs.values())[:3]
-    if _strikes(session_id, "kill:after_commit", step):
+    session_id = (*args, *kwargs.values())[0]
+    state = get_session_store().load_state(session_id)
+    # A task may run several steps of its run: strike once it has committed the planned one.
+    if state is not None and any(
+        _strikes(session_id, "kill:after_commit", step) for step in range(1, state.step_count + 1)
+    ):
         _die()
 
 

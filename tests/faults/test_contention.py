@@ -3,6 +3,7 @@ append lands once, sequences are exactly 1..n, and no writer sees an error."""
 
 import pytest
 
+from sessions_app.connections import release_connection
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.types import Message, MessageRole
 from tests.services import require
@@ -23,6 +24,7 @@ def test_fifty_writers_append_to_one_session_without_a_gap_or_an_error(figure):
             store.append_messages(
                 session_id, [Message(role=MessageRole.USER, content=f"{writer}:{n}")]
             )
+            release_connection()  # As a worker's step does: 50 writers share the pool.
         return APPENDS
 
     results = run_in_threads(WRITERS, append)

@@ -89,6 +89,7 @@ async function share() {
   const fromB = { players: ["ann", "bob"], score: 2, status: "playing" };
   b.client.setState(fromB);
   const aGot = await received(a, fromB, "A got B's state");
+  await received(b, fromB, "B's own write came back"); // B has had others' states: it is sent.
   report("b-to-a", { a_update: aGot, b_state: b.client.state });
 
   const bUpdates = b.seen.updates.length;

@@ -27,6 +27,7 @@ def node() -> str:
     return executable
 
 
+@pytest.mark.one_backend("sqlite", reason="serve runs the embedded default whatever the run's")
 def test_a_message_sent_through_the_ai_sdk_streams_back_the_reply(serve: Serve, node: str):  # noqa: F811
     serve.wait_for(lambda: http_status(f"{serve.site}/admin/login/") == 200, 60, "Daphne answered")
     serve.wait_for(lambda: " ready." in serve.output(), 60, "the Celery worker was ready")

@@ -1,4 +1,5 @@
-"""The store's written-out statements are exactly what the ORM compiles for the same queries."""
+"""The store's written-out statements: those the ORM can express are exactly what it compiles
+for the same queries; the others return what the store reads from them."""
 
 import pytest
 from django.db import connection, transaction
@@ -26,10 +27,6 @@ def test_each_statement_matches_the_orm_on_this_database():
     session = models.AgentSession.objects.create(agent_type="assistant")
     sql = statements(connection.vendor)
 
-    def lock():
-        rows = models.AgentSession.objects.select_for_update().filter(pk=session.pk)
-        list(rows.values("version", "message_count", "lease_holder"))
-
     def last_message():
         latest = models.Message.objects.filter(session_id=session.pk).order_by("-sequence")
         list(latest.values("id", "sequence")[:1])
@@ -45,10 +42,28 @@ def test_each_statement_matches_the_orm_on_this_database():
         )
         staged.update(status=models.StagedChange.Status.PROMOTED, checkpoint_id="c")
 
-    assert compiled_by_orm(lock) == [sql.lock_for_commit]
     assert compiled_by_orm(last_message) == [sql.last_message]
     assert compiled_by_orm(insert_checkpoint) == [sql.insert_checkpoint]
     assert compiled_by_orm(promote_staged) == [sql.promote_staged]
+
+
+def test_the_commit_lock_reads_the_session_and_its_last_message():
+    session = models.AgentSession.objects.create(agent_type="assistant", lease_holder="w")
+    lock = statements(connection.vendor).lock_for_commit
+
+    def locked() -> tuple:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(lock, [session.pk, session.pk])
+            return cursor.fetchone()
+
+    assert locked() == (session.version, 0, "w", None, None)
+    for sequence in (1, 2):
+        models.Message.objects.create(
+            id=f"m{sequence}", session=session, sequence=sequence, role="user"
+        )
+    session.message_count = 2
+    session.save(update_fields=["message_count"])
+    assert locked() == (session.version, 2, "w", "m2", 2)
 
 
 def test_checkpoint_columns_follow_the_model():

@@ -491,6 +491,64 @@ def test_step_commit_appends_writes_promotes_and_checkpoints_together(store, ses
     assert [c.status for c in other_step] == [StagedChangeStatus.STAGED]
 
 
+def test_step_commit_stages_its_own_changes_and_drops_its_tool_call_records(store, session_id):
+    store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="call-0")])
+    store.begin_tool_calls(session_id, "step-1", ["call-1", "call-2"])
+    store.begin_tool_calls(session_id, "step-2", ["call-1"])
+    first, last = (
+        StagedToolChange(tool_call_id="call-1", merge_ops=[ReplaceOp(key="n", value=value)])
+        for value in (1, 2)
+    )
+    state = store.load_state(session_id)
+    state.step_count = 1
+
+    result = store.save_state_and_promote_staging(
+        session_id,
+        state,
+        [assistant("done")],
+        CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0),
+        expected_version=state.version,
+        stage=[first, StagedToolChange(tool_call_id="call-2"), last],
+        forget_tool_calls=True,
+    )
+
+    staged = store.get_staged_changes(session_id, step_id="step-1")
+    assert sorted((c.tool_call_id, c.status, c.checkpoint_id) for c in staged) == [
+        ("call-0", StagedChangeStatus.PROMOTED, result.checkpoint_id),
+        ("call-1", StagedChangeStatus.PROMOTED, result.checkpoint_id),
+        ("call-2", StagedChangeStatus.PROMOTED, result.checkpoint_id),
+    ]
+    assert next(c for c in staged if c.tool_call_id == "call-1").merge_ops == last.merge_ops
+    assert store.get_tool_calls(session_id, "step-1") == {}
+    assert list(store.get_tool_calls(session_id, "step-2")) == ["call-1"]
+
+
+def test_step_commit_that_fails_stages_and_forgets_nothing(store, session_id):
+    store.begin_tool_calls(session_id, "step-1", ["call-1"])
+    state = store.load_state(session_id)
+    store.update_status(session_id, SessionStatus.PAUSED)
+    oversized = StagedToolChange(
+        tool_call_id="call-2",
+        merge_ops=[ReplaceOp(key="big", value="x" * DEFAULT_MAX_STAGED_CHANGES_BYTES)],
+    )
+
+    for version, stage in ((state.version, [oversized]), (state.version, [])):
+        with pytest.raises((VersionConflict, StateSizeExceeded)):
+            store.save_state_and_promote_staging(
+                session_id,
+                state,
+                [assistant("lost")],
+                CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0),
+                expected_version=version,
+                stage=[StagedToolChange(tool_call_id="call-1"), *stage],
+                forget_tool_calls=True,
+            )
+
+    assert store.get_staged_changes(session_id) == []
+    assert list(store.get_tool_calls(session_id, "step-1")) == ["call-1"]
+    assert contents(store, session_id) == []
+
+
 def test_step_commit_with_a_stale_version_writes_nothing(store, session_id):
     store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="call-1")])
     state = store.load_state(session_id)
@@ -1249,6 +1307,42 @@ def test_a_lease_excludes_other_holders_until_it_expires(store, session_id):
     assert third == Lease(version=second.version + 1, taken_over=False)
 
 
+def test_stalled_runs_are_those_nothing_moved_each_returned_once_per_window(store, session_id):
+    store.create_run(session_id, "run-1")
+    moving = store.create_session("moving", agent_type="a")
+    store.create_run(moving.session_id, "run-m")
+    ended = store.create_session("ended", agent_type="a")
+    store.create_run(ended.session_id, "run-e")
+    store.update_run_status("run-e", RunStatus.COMPLETED)
+    idle_since = timezone.now() + timedelta(milliseconds=1)
+    time.sleep(0.002)
+    assert store.acquire_lease(moving.session_id, "worker", ttl=30)  # Held: it moves.
+
+    [stalled] = store.mark_stalled_runs(idle_since)
+
+    assert (stalled.session_id, stalled.run_id, stalled.step, stalled.recoveries) == (
+        session_id,
+        "run-1",
+        1,
+        1,
+    )
+    assert store.mark_stalled_runs(idle_since) == []  # Marked in this window already.
+    later = timezone.now() + timedelta(milliseconds=1)
+    time.sleep(0.002)
+    [again] = store.mark_stalled_runs(later)
+    assert (again.step, again.recoveries) == (1, 2)  # Stalled at the same step in a row.
+
+    commit_step(store, session_id, step=1)
+    latest = timezone.now() + timedelta(milliseconds=1)
+    time.sleep(0.002)
+    [moved_on] = store.mark_stalled_runs(latest, limit=1)
+    assert (moved_on.step, moved_on.recoveries) == (2, 1)  # A committed step starts over.
+    store.update_run_status("run-1", RunStatus.SUSPENDED)
+    assert store.mark_stalled_runs(timezone.now() + timedelta(hours=1)) == [
+        dataclasses.replace(moved_on, session_id="moving", run_id="run-m", step=1)
+    ]  # Suspended runs wait for people; the moving one's lease went stale meanwhile.
+
+
 def test_a_lease_left_unclean_is_free_and_reported_taken_over(store, session_id):
     store.acquire_lease(session_id, "worker-a", ttl=30)
 
@@ -1269,12 +1363,22 @@ def test_holders_that_leave_a_step_in_a_row_are_counted_until_one_finishes(store
 
     assert [claim(f"worker-{n}").abandoned for n in range(4)] == [0, 1, 2, 3]
     assert store.acquire_lease(session_id, "worker-4", ttl=30).abandoned == 4
-    store.save_state_and_promote_staging(  # Finishes the step and frees the lease.
+    store.save_state_and_promote_staging(  # Finishes the step; worker-4 keeps the lease.
         session_id,
         store.load_state(session_id),
         [],
         CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0),
-        release_lease_of="worker-4",
+    )
+    assert store.claim_step(session_id, "worker-4", ttl=30).lease.abandoned == 0
+    assert store.claim_step(session_id, "worker-5", ttl=30) is None  # Still worker-4's.
+    assert store.release_lease(session_id, "worker-4", clean=False)
+    assert claim("worker-5").abandoned == 1
+    store.save_state_and_promote_staging(  # Finishes the step and frees the lease.
+        session_id,
+        store.load_state(session_id),
+        [],
+        CheckpointMeta(step_id="step-2", step_count=2, stream_sequence=0),
+        release_lease_of="worker-5",
     )
     assert claim("worker-5").abandoned == 0
     assert claim("worker-6").abandoned == 1
@@ -1299,6 +1403,44 @@ def test_a_step_claim_takes_the_lease_and_reads_the_state_under_it(store, sessio
     assert taken.state.version == version + 2
     with pytest.raises(SessionNotFound):
         store.claim_step("missing", "worker-a", ttl=30)
+
+
+def test_a_step_claim_reads_the_current_run(store, session_id):
+    assert store.claim_step(session_id, "worker-a", ttl=30).run is None
+    store.create_run(session_id, "run-1", metadata={"firstStep": 1})
+    store.update_run_status("run-1", RunStatus.COMPLETED, step_count=2)
+    store.create_run(session_id, "run-2", metadata={"firstStep": 3})
+
+    claim = store.claim_step(session_id, "worker-a", ttl=30)  # Its own lease, again.
+
+    assert claim.lease.taken_over is False
+    assert claim.run == store.get_current_run(session_id)
+    assert (claim.run.run_id, claim.run.status, claim.run.metadata) == (
+        "run-2",
+        RunStatus.RUNNING,
+        {"firstStep": 3},
+    )
+
+
+def test_leases_are_renewed_together_for_the_holders_that_still_hold_them(store, session_id):
+    other = store.create_session(agent_type="assistant").session_id
+    lost = store.create_session(agent_type="assistant").session_id
+    store.acquire_lease(session_id, "worker-a", ttl=0.1)
+    store.acquire_lease(other, "worker-b", ttl=0.1)
+    store.acquire_lease(lost, "worker-c", ttl=0.05)
+    time.sleep(0.1)
+    store.acquire_lease(lost, "worker-d", ttl=30)  # worker-c's ran out and was taken.
+
+    renewed = store.renew_leases(
+        {session_id: "worker-a", other: "worker-b", lost: "worker-c", "missing": "worker-e"},
+        ttl=30,
+    )
+
+    assert renewed == {session_id, other}
+    time.sleep(0.1)  # Past the first expiry: the renewed leases hold.
+    assert store.acquire_lease(session_id, "worker-x", ttl=30) is None
+    assert store.acquire_lease(other, "worker-x", ttl=30) is None
+    assert store.renew_leases({}, ttl=30) == set()
 
 
 def test_a_worker_that_lost_its_lease_cannot_commit(store, session_id):
@@ -1366,6 +1508,17 @@ def test_interrupt_flag_is_raised_read_and_lowered(store, session_id):
     store.clear_interrupt_flag(session_id)
     assert store.check_interrupt_flag(session_id) is None
     assert store.load_state(session_id).interrupt_flag is None
+
+
+def test_interrupt_flags_are_read_together(store, session_id):
+    quiet = store.create_session(agent_type="assistant").session_id
+    store.set_interrupt_flag(session_id, "stop")
+
+    flags = store.check_interrupt_flags([session_id, quiet, "missing"])
+
+    assert flags == {session_id: store.check_interrupt_flag(session_id)}
+    assert flags[session_id].reason == "stop"
+    assert store.check_interrupt_flags([]) == {}
 
 
 def test_interrupt_flag_of_missing_session(store):
@@ -1565,12 +1718,11 @@ def test_staged_changes_round_trip_and_restaging_replaces(store, session_id):
 
 def test_tool_calls_are_recorded_begun_then_finished_until_forgotten(store, session_id):
     outcome = {"result": {"sent": 5}, "isError": False, "ops": []}
-    store.begin_tool_call(session_id, "step-1", "call-1")
-    store.begin_tool_call(session_id, "step-1", "call-2")
-    store.begin_tool_call(session_id, "step-2", "call-1")
+    store.begin_tool_calls(session_id, "step-1", ["call-1", "call-2"])
+    store.begin_tool_calls(session_id, "step-2", ["call-1"])
 
     assert store.finish_tool_call(session_id, "step-1", "call-1", outcome)
-    store.begin_tool_call(session_id, "step-1", "call-1")  # Again: the outcome stays.
+    store.begin_tool_calls(session_id, "step-1", ["call-1", "call-2"])  # Again: outcomes stay.
     assert not store.finish_tool_call(session_id, "step-1", "call-9", outcome)
 
     assert store.get_tool_calls(session_id, "step-1") == {
@@ -1580,8 +1732,9 @@ def test_tool_calls_are_recorded_begun_then_finished_until_forgotten(store, sess
     assert store.forget_tool_calls(session_id, "step-1") == 2
     assert store.get_tool_calls(session_id, "step-1") == {}
     assert list(store.get_tool_calls(session_id, "step-2")) == ["call-1"]
-    with pytest.raises(SessionNotFound):
-        store.begin_tool_call("missing", "step-1", "call-1")
+    for calls in (["call-1"], []):
+        with pytest.raises(SessionNotFound):
+            store.begin_tool_calls("missing", "step-1", calls)
     store.delete_session(session_id)
     assert store.get_tool_calls(session_id, "step-2") == {}
 

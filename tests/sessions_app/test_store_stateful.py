@@ -413,8 +413,9 @@ class StoreMachine(RuleBasedStateMachine):
         model.checkpoints.append(
             (result.checkpoint_id, worker.step_id, len(model.messages), model.version, state.status)
         )
+        model.lease_abandoned = 0  # The step finished.
         if release and model.lease_holder == worker.holder:
-            model.lease_holder, model.lease_live, model.lease_abandoned = "", False, 0
+            model.lease_holder, model.lease_live = "", False
 
     @rule(worker=workers, clean=st.booleans())
     def release_lease(self, worker: Worker, clean: bool) -> None:

@@ -115,6 +115,39 @@ async def test_ping_is_answered_with_pong(owner, owned_session):
 
 
 @pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (b"\x00\x01", "invalid-frame"),
+        ("not json", "invalid-json"),
+        ('{"type": "ping", "at": NaN}', "invalid-json"),
+        ('{"type": "ping", "at": 1e400}', "invalid-json"),
+        ('{"type": "ping", "at": ' + "[" * 100_000 + "]" * 100_000 + "}", "invalid-json"),
+        ('["ping"]', "invalid-frame"),
+        ('{"kind": "ping"}', "invalid-frame"),
+        ('{"type": "subscribe"}', "unknown-type"),
+    ],
+    ids=["binary", "not-json", "nan", "huge-number", "deep", "array", "no-type", "unknown-type"],
+)
+async def test_a_bad_frame_gets_an_error_frame_and_the_socket_still_answers_pings(
+    owner, owned_session, frame, code
+):
+    communicator = await connect(owned_session, owner)
+    await communicator.connect()
+
+    if isinstance(frame, bytes):
+        await communicator.send_to(bytes_data=frame)
+    else:
+        await communicator.send_to(text_data=frame)
+    answer = await communicator.receive_json_from(3)
+    await communicator.send_json_to({"type": "ping"})
+
+    assert answer.keys() == {"type", "code", "message"}
+    assert (answer["type"], answer["code"]) == ("error", code)
+    assert await communicator.receive_json_from(3) == {"type": "pong"}
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
     ("who", "session", "query"),
     [
         ("stranger", "chat-1", ""),

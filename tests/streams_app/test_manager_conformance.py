@@ -13,6 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from streams_app.backends.base import (
+    ChunkBatch,
     ChunkEvent,
     EndEvent,
     FailEvent,
@@ -522,3 +523,52 @@ def test_with_the_channel_layer_down_readers_get_everything_by_polling():
 
     assert deltas(async_to_sync(scenario)()) == [*"abc", ("end", None)]
     assert Stream.objects.get(pk="st").chunk_count == 3
+
+
+# Appends to several streams at once
+
+
+def test_batches_for_several_streams_are_each_stored_whole_or_refused_alone(manager):
+    first = manager.create_writer("first", "run-1", "researcher")
+    first.write(text("a"))
+    second = manager.create_writer("second", "run-1", "researcher", exclusive=True)
+    fenced = manager.create_writer("fenced", "run-1", "researcher", exclusive=True)
+    manager.create_writer("fenced", "run-2", "researcher", exclusive=True)  # Supersedes it.
+    manager.create_writer("ended", "run-1", "researcher").write(text("x"))
+    manager.end_stream("ended")
+    batch = [text("b"), text("c")]
+
+    results = manager.append_batches(
+        [
+            ChunkBatch("first", first.to_wire(batch)),
+            ChunkBatch("second", second.to_wire([text("d")]), second.epoch),
+            ChunkBatch("fenced", fenced.to_wire([text("lost")]), fenced.epoch),
+            ChunkBatch("ended", first.to_wire([text("lost")])),
+            ChunkBatch("missing", first.to_wire([text("lost")])),
+        ]
+    )
+
+    assert results[:2] == [[2, 3], [1]]
+    assert [type(result) for result in results[2:]] == [
+        WriterSuperseded,
+        StreamClosed,
+        StreamNotFound,
+    ]
+    assert [c.chunk["delta"] for c in manager.get_all_chunks("first")] == ["a", "b", "c"]
+    assert [c.chunk["delta"] for c in manager.get_all_chunks("second")] == ["d"]
+    assert manager.get_all_chunks("fenced") == []
+    assert [c.chunk["delta"] for c in manager.get_all_chunks("ended")] == ["x"]
+    assert manager.get_stream_info("first").total_chunks == 3
+    assert manager.append_batches([]) == []
+
+
+def test_chunks_appended_in_batches_reach_a_reader_in_order(manager):
+    writers = {s: manager.create_writer(s, "run-1", "researcher") for s in ("one", "two")}
+
+    for n in range(3):
+        manager.append_batches(
+            [ChunkBatch(s, w.to_wire([text(f"{s}{n}")])) for s, w in writers.items()]
+        )
+    manager.end_stream("one")
+
+    assert deltas(read_all(manager, "one")) == ["one0", "one1", "one2", ("end", None)]

@@ -29,16 +29,22 @@ class Command(BaseCommand):
         """Add the address Daphne binds to and the size of the worker pool."""
         parser.add_argument("--host", default="127.0.0.1", help="address Daphne binds to")
         parser.add_argument("--port", type=int, default=8000, help="port Daphne listens on")
-        parser.add_argument("--concurrency", type=int, default=2, help="Celery worker processes")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="steps the Celery worker runs at once (default HELIX_WORKER_CONCURRENCY)",
+        )
 
     def handle(
-        self, *args: object, host: str, port: int, concurrency: int, **options: object
+        self, *args: object, host: str, port: int, concurrency: int | None, **options: object
     ) -> None:
         """Start both children, stop both on SIGINT or SIGTERM or when either exits."""
         self.stopping = False
         children: dict[str, subprocess.Popen] = {}
         try:
-            children["celery worker"] = start(*WORKER, "--concurrency", str(concurrency))
+            sized = () if concurrency is None else ("--concurrency", str(concurrency))
+            children["celery worker"] = start(*WORKER, *sized)
             children["celery beat"] = start(
                 *BEAT, "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")
             )

@@ -19,6 +19,7 @@ from agents_app.llm.scripted import ScriptedAdapter, Turn
 from sessions_app.stores.types import Message, MessageRole
 
 CONTEXT = AdapterContext(session_id="s-1", agent_type="base-test", run_id="run-1")
+DEEP_ARGUMENTS = '{"q": ' + "[" * 100_000 + "]" * 100_000 + "}"  # A model gone astray.
 received: list[tuple[dict, AdapterContext]] = []
 
 
@@ -96,7 +97,11 @@ def test_the_agents_config_reaches_the_script_through_the_factory():
         ('{"q": "x"', {"_raw": '{"q": "x"'}, True),
         ("[1, 2]", {"_raw": "[1, 2]"}, True),
         ('"text"', {"_raw": '"text"'}, True),
+        ('{"n": NaN}', {"_raw": '{"n": NaN}'}, True),
+        ('{"n": 1e400}', {"_raw": '{"n": 1e400}'}, True),
+        (DEEP_ARGUMENTS, {"_raw": DEEP_ARGUMENTS}, True),
     ],
+    ids=["object", "empty", "blank", "truncated", "array", "string", "nan", "huge", "deep"],
 )
 def test_tool_arguments_parse_to_an_object_or_are_flagged_invalid(raw, arguments, invalid):
     assert parse_tool_arguments(raw) == (arguments, invalid)

@@ -1,0 +1,5 @@
+"""The runtime's models; each lives with the feature that owns it."""
+
+from agents_app.mcp.models import SessionMcpServer
+
+__all__ = ["SessionMcpServer"]

@@ -1,0 +1,385 @@
+"""Conversations in flight: many runs whose model takes a second a step, on the production layout.
+
+Daphne and two Celery workers run as the Procfile starts them (a threads pool; database
+connections from a pool), on PostgreSQL and Redis. For each size N, N sessions each run
+`bench-waiter` (3 steps, each a model reply streamed over 1 s, then a tool call; the last
+answers), all started at once, while a WebSocket client follows some of them. The ideal is N
+steps per second: every step waiting on its model at the same time. Reported beside it:
+
+- steps/s against that ideal, and against the saturation figure of `bench.steps` (steps with
+  an instant model, all the machine can do) measured on the same workers in the same run:
+  with many steps in flight the machine is CPU-bound, and waiting steps must not slow it;
+- the overhead per step, its wall time less the model's second (checkpoint to checkpoint);
+- how long a chunk takes to reach a WebSocket client: the first delta of each step, and all;
+- the most database connections open at once, against what the pools allow;
+- the workers' resident memory, and what one step in flight adds to it.
+
+Then fairness: one worker with few threads runs a run of 1,000 quick steps and, started just
+after it, 100 one-step runs; the time each short run takes is compared with the same runs on
+their own. The time slice (`HELIX["STEP_TIME_SLICE_SECONDS"]`) bounds how long the long run
+holds a thread before its next step goes to the back of the queue.
+"""
+
+import asyncio
+import contextlib
+import itertools
+import json
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import psycopg
+from django.db import connection, connections
+
+from agents_app.services import agent_session_create, agent_start
+from bench import agents
+from bench.harness import Options, Row, Table, percentile_ms
+from bench.live import Server, connect_websocket, daphne
+from bench.raw import connect
+from bench.scaleout import signed_in_owner
+from bench.steps import WORKER_PROCESSES, Workers, steps_per_second, workers
+from bench.streams import daphne_env
+from sessions_app.models import Checkpoint, Run
+
+LEGEND = (
+    "In flight: N sessions each running 3 steps of a model that streams its reply over 1 s, "
+    "on Daphne and 2 Celery workers as the Procfile starts them (threads pool, pooled "
+    "connections), PostgreSQL and Redis; the ideal is N steps/s. The saturation figure is "
+    "bench.steps' (an instant model) on the same workers in the same run."
+)
+SIZES, QUICK_SIZES = (100, 500, 1000), (20,)
+# Threads per worker process: every step in flight has one, with room to spare.
+THREADS_PER_WORKER = 600
+DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
+DAPHNE_POOL = 4
+CLIENTS = 100  # WebSocket clients following runs, at most.
+RUN_TIMEOUT = 600.0
+IDEAL_SHARE_TARGET = 0.8  # At N=100: steps/s at least this share of the ideal.
+SATURATION_SHARE_TARGET = 0.9  # At larger N: at least this share of the saturation figure.
+SATURATION_SESSIONS = 50
+# Fairness: one worker with few threads, one long run, many one-step runs.
+FAIR_THREADS = 4
+SHORT_RUNS, QUICK_SHORT_RUNS = 100, 20
+MARATHON_STEPS, QUICK_MARATHON_STEPS = agents.MARATHON_STEPS, 200
+
+
+def run(options: Options) -> Iterator[Table]:
+    """Yield the in-flight table, then the fairness table."""
+    owner, cookie = signed_in_owner()
+    sizes = QUICK_SIZES if options.quick else SIZES
+    env = {
+        **daphne_env(connection.settings_dict),
+        "HELIX_AGENTS": "bench.agents",
+        "DATABASE_POOL_MAX_SIZE": str(DAPHNE_POOL),
+    }
+    pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
+    pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
+    with workers(**pools) as running, daphne(env) as server:
+        steps_per_second(owner, 1)  # Warm both workers up.
+        saturation = steps_per_second(owner, SATURATION_SESSIONS)
+        results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
+    yield _table(results, saturation, options)
+    yield _fairness_table(owner, options)
+
+
+@dataclass
+class InFlight:
+    """What one size's run measured."""
+
+    size: int
+    steps_per_second: float
+    overheads_ms: list[float]
+    first_delta_ns: list[int]
+    delta_ns: list[int]
+    peak_connections: int
+    idle_rss_kb: list[int]
+    peak_rss_kb: list[int]
+
+
+def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) -> InFlight:
+    """Start `size` waiter runs at once, follow some over WebSocket; return what was measured."""
+    session_ids = [
+        agent_session_create(user=owner, agent_type=agents.WAITER_AGENT_TYPE).session_id
+        for _ in range(size)
+    ]
+    followed = session_ids[:CLIENTS]
+    with _Sampler(running) as sampler:
+        idle = sampler.rss_kb()
+        clients, elapsed = asyncio.run(
+            _run_and_follow(owner, cookie, server, session_ids, followed)
+        )
+    run_ids = list(Run.objects.filter(session_id__in=session_ids).values_list("id", flat=True))
+    return InFlight(
+        size=size,
+        steps_per_second=size * agents.WAITER_STEPS / elapsed,
+        overheads_ms=_overheads_ms(run_ids),
+        first_delta_ns=[ns for client in clients for ns in client.first_deltas],
+        delta_ns=[ns for client in clients for ns in client.deltas],
+        peak_connections=sampler.peak_connections,
+        idle_rss_kb=idle,
+        peak_rss_kb=sampler.peak_rss_kb,
+    )
+
+
+@dataclass
+class _Client:
+    """What one WebSocket client measured: each delta's and each step's first delta's delay."""
+
+    deltas: list[int] = field(default_factory=list)
+    first_deltas: list[int] = field(default_factory=list)
+
+
+async def _run_and_follow(
+    owner, cookie: str, server: Server, session_ids: list[str], followed: list[str]
+) -> tuple[list[_Client], float]:
+    """Connect the clients, start every run, wait for all to end; return clients and seconds."""
+    sockets = await asyncio.gather(
+        *(
+            connect_websocket(server, f"{server.websocket_url(s)}?fromSequence=0", cookie)
+            for s in followed
+        )
+    )
+    clients = [_Client() for _ in followed]
+    following = asyncio.gather(*(_follow(s, c) for s, c in zip(sockets, clients, strict=True)))
+    started = time.perf_counter()
+    run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
+    await asyncio.to_thread(_wait_until_ended, run_ids)
+    elapsed = time.perf_counter() - started
+    await asyncio.wait_for(following, 60)
+    return clients, elapsed
+
+
+async def _follow(socket, client: _Client) -> None:
+    """Record when each delta arrives, less when it was written, until the stream ends."""
+    seen_steps: set[int] = set()
+    async with socket:
+        async for message in socket:
+            arrived = time.time_ns()
+            frame = json.loads(message)
+            for event in frame["events"] if frame["type"] == "batch" else [frame]:
+                if event["type"] != "chunk":
+                    return
+                chunk = event["chunk"]
+                if chunk["type"] != "text_delta":
+                    continue
+                delay = arrived - chunk["timestamp"] * 10**6
+                client.deltas.append(delay)
+                if chunk["step"] not in seen_steps:
+                    seen_steps.add(chunk["step"])
+                    client.first_deltas.append(delay)
+
+
+def _start_all(owner, session_ids: list[str]) -> list[str]:
+    """Start a waiter run on every session from a few threads, as many users would."""
+
+    def start(session_id: str) -> str:
+        try:
+            return agent_start(
+                user=owner,
+                agent_type=agents.WAITER_AGENT_TYPE,
+                message="Take your time.",
+                session_id=session_id,
+            ).run_id
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(start, session_ids))
+
+
+def _wait_until_ended(run_ids: list[str]) -> None:
+    """Return once every run ended; raise if one failed or they take too long."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    try:
+        while True:
+            statuses = Run.objects.filter(pk__in=run_ids).values_list("status", flat=True)
+            statuses = list(statuses)
+            if Run.Status.FAILED in statuses:
+                raise RuntimeError("A benchmark run failed; see the worker log.")
+            if Run.Status.RUNNING not in statuses:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(run_ids)} runs did not end within {RUN_TIMEOUT:.0f} s")
+            time.sleep(0.1)
+    finally:
+        connections.close_all()
+
+
+def _overheads_ms(run_ids: list[str]) -> list[float]:
+    """Return each step's wall time less the model's, from the runs' checkpoints."""
+    times: dict[str, list[float]] = {}
+    rows = Checkpoint.objects.filter(run_id__in=run_ids).order_by("run_id", "step_count")
+    for run_id, created_at in rows.values_list("run_id", "created_at"):
+        times.setdefault(run_id, []).append(created_at.timestamp())
+    return [
+        (after - before - agents.MODEL_SECONDS) * 1000
+        for stamps in times.values()
+        for before, after in itertools.pairwise(stamps)
+    ]
+
+
+class _Sampler:
+    """A thread sampling the database's connections and the workers' memory until it stops."""
+
+    def __init__(self, running: Workers) -> None:
+        self.pids = [process.pid for process in running.processes]
+        self.peak_connections = 0
+        self.peak_rss_kb = [0] * len(self.pids)
+        self._stop = threading.Event()
+        self._database = connect(connection.settings_dict, like_django=False)
+        self._name = connection.settings_dict["NAME"]
+
+    def __enter__(self) -> "_Sampler":
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._database.close()
+
+    def rss_kb(self) -> list[int]:
+        """Return each worker's resident memory now, in kB."""
+        return [_rss_kb(pid) for pid in self.pids]
+
+    def _run(self) -> None:
+        count = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> %s"
+        own = self._database.info.backend_pid
+        while not self._stop.wait(0.1):
+            with contextlib.suppress(psycopg.Error):
+                (open_now,) = self._database.execute(count, [self._name, own]).fetchone()
+                self.peak_connections = max(self.peak_connections, open_now)
+            self.peak_rss_kb = [
+                max(a, b) for a, b in zip(self.peak_rss_kb, self.rss_kb(), strict=True)
+            ]
+
+
+def _rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _table(results: list[InFlight], saturation: float, options: Options) -> Table:
+    rows: list[Row] = []
+    notes = []
+    allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
+    for result in results:
+        n = result.size
+        if n <= 100 or options.quick:
+            target = {"target": IDEAL_SHARE_TARGET}
+            rows.append(
+                Row(
+                    metric=f"N={n}: share of the ideal {n} steps/s",
+                    orm=result.steps_per_second / n,
+                    higher_is_better=True,
+                    **target,
+                )
+            )
+        else:
+            rows.append(
+                Row(
+                    metric=f"N={n}: steps/s vs saturation",
+                    orm=result.steps_per_second,
+                    strict_raw=saturation,
+                    higher_is_better=True,
+                    target=1 / SATURATION_SHARE_TARGET,
+                    precision=0,
+                )
+            )
+        in_flight_per_worker = n / WORKER_PROCESSES
+        per_step_kb = statistics.mean(
+            (peak - idle) / in_flight_per_worker
+            for peak, idle in zip(result.peak_rss_kb, result.idle_rss_kb, strict=True)
+        )
+        rows += [
+            Row(metric=f"N={n}: steps/s", orm=result.steps_per_second, precision=0),
+            Row(metric=f"N={n}: overhead p50 ms", orm=_quantile(result.overheads_ms, 0.5)),
+            Row(metric=f"N={n}: overhead p99 ms", orm=_quantile(result.overheads_ms, 0.99)),
+            Row(metric=f"N={n}: first delta p50 ms", orm=percentile_ms(result.first_delta_ns, 50)),
+            Row(metric=f"N={n}: first delta p99 ms", orm=percentile_ms(result.first_delta_ns, 99)),
+            Row(metric=f"N={n}: every delta p99 ms", orm=percentile_ms(result.delta_ns, 99)),
+            Row(
+                metric=f"N={n}: peak database connections",
+                orm=result.peak_connections,
+                target=allowed,
+                precision=0,
+            ),
+        ]
+        notes.append(
+            f"N={n}: workers' resident memory idle {', '.join(_mb(k) for k in result.idle_rss_kb)}"
+            f", peak {', '.join(_mb(k) for k in result.peak_rss_kb)}; about {per_step_kb:.0f} kB "
+            f"per step in flight; {result.steps_per_second:.1f} steps/s"
+        )
+    notes += [
+        f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
+        f"{saturation:.0f} steps/s on the same workers.",
+        f"Connections allowed: {WORKER_PROCESSES} workers x {DATABASE_POOL} + Daphne "
+        f"{DAPHNE_POOL} = {allowed}; the benchmark's own are not counted.",
+        f"Workers: {WORKER_PROCESSES} processes, HELIX_WORKER_CONCURRENCY={THREADS_PER_WORKER}; "
+        f"{CLIENTS} WebSocket clients at most; overhead = step wall time less the model's "
+        f"{agents.MODEL_SECONDS:.0f} s, checkpoint to checkpoint (queueing included).",
+    ]
+    return Table(
+        title="Conversations in flight",
+        rows=rows,
+        notes=notes,
+        columns=("Helix", "-", "saturation"),
+    )
+
+
+def _fairness_table(owner, options: Options) -> Table:
+    """Time short runs alone, then beside a long run, on one worker with few threads."""
+    shorts = QUICK_SHORT_RUNS if options.quick else SHORT_RUNS
+    steps = QUICK_MARATHON_STEPS if options.quick else MARATHON_STEPS
+    with workers(1, HELIX_WORKER_CONCURRENCY=str(FAIR_THREADS), HELIX_MARATHON_STEPS=str(steps)):
+        steps_per_second(owner, 1)
+        alone = _short_runs_ms(owner, shorts)
+        marathon = agent_start(
+            user=owner, agent_type=agents.MARATHON_AGENT_TYPE, message="Go on and on."
+        )
+        time.sleep(1.0)  # It is under way, holding a thread, when the short runs start.
+        beside = _short_runs_ms(owner, shorts)
+        _wait_until_ended([marathon.run_id])
+    p99_alone, p99_beside = _quantile(alone, 0.99), _quantile(beside, 0.99)
+    return Table(
+        title="Fairness: one-step runs beside a long run",
+        rows=[
+            Row(metric="short run p50 ms, alone", orm=_quantile(alone, 0.5)),
+            Row(metric="short run p99 ms, alone", orm=p99_alone),
+            Row(metric="short run p50 ms, beside the long run", orm=_quantile(beside, 0.5)),
+            Row(metric="short run p99 ms, beside the long run", orm=p99_beside),
+        ],
+        notes=[
+            f"One worker with {FAIR_THREADS} threads; {shorts} runs of one step started at once, "
+            f"alone, then 1 s after a run of {steps} quick steps began. A short run's time is "
+            "from its start to its end (run records).",
+        ],
+        columns=("Helix", "-", "-"),
+    )
+
+
+def _short_runs_ms(owner, count: int) -> list[float]:
+    """Start `count` one-step runs at once; return each one's milliseconds to its end."""
+    run_ids = [
+        agent_start(user=owner, agent_type=agents.ONCE_AGENT_TYPE, message="Once.").run_id
+        for _ in range(count)
+    ]
+    _wait_until_ended(run_ids)
+    rows = Run.objects.filter(pk__in=run_ids).values_list("started_at", "completed_at")
+    return [(done - began).total_seconds() * 1000 for began, done in rows]
+
+
+def _quantile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
+def _mb(kb: int) -> str:
+    return f"{kb / 1024:.0f} MB"

@@ -1,0 +1,144 @@
+"""Batched chunk writes (`streams_app.backends.batching`) on the real database: a flusher thread
+stores several streams' queued chunks in one call, within its delay; writes in a transaction go
+straight through with it; a refusal the flusher meets reaches the writer's owner."""
+
+import threading
+import time
+
+import pytest
+from django.db import transaction
+
+from streams_app.backends.batching import BatchedWriter, Flusher
+from streams_app.backends.orm import ORMStreamManager
+from streams_app.errors import WriterSuperseded
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DELAY = 0.05
+
+
+class CountingManager(ORMStreamManager):
+    """The database backend, counting its calls to `append_batches` and what they carried."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.calls: list[list[str]] = []
+        self.lock = threading.Lock()
+
+    def append_batches(self, batches):
+        with self.lock:
+            self.calls.append([batch.stream_id for batch in batches])
+        return super().append_batches(batches)
+
+
+def text(label: str) -> dict:
+    return {"type": "text_delta", "step": 1, "sessionId": "s-1", "delta": label}
+
+
+def stored(manager, stream_id: str) -> list[str]:
+    return [c.chunk["delta"] for c in manager.get_all_chunks(stream_id)]
+
+
+def eventually(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def manager() -> CountingManager:
+    return CountingManager()
+
+
+@pytest.fixture
+def flusher() -> Flusher:
+    return Flusher(delay=DELAY)
+
+
+def batched(manager, flusher, stream_id: str, *, exclusive: bool = False) -> BatchedWriter:
+    writer = manager.create_writer(stream_id, "run-1", "researcher", exclusive=exclusive)
+    return BatchedWriter(writer, flusher)
+
+
+def test_queued_chunks_of_several_streams_are_stored_together_within_the_delay(manager, flusher):
+    writers = [batched(manager, flusher, name) for name in ("one", "two", "three")]
+
+    written_at = time.monotonic()
+    for n in range(3):
+        for writer in writers:
+            writer.write(text(f"{writer.stream_id}-{n}"))
+    assert all(stored(manager, w.stream_id) == [] for w in writers)  # Queued, not stored yet.
+    eventually(lambda: all(len(stored(manager, w.stream_id)) == 3 for w in writers))
+
+    assert time.monotonic() - written_at < DELAY + 1.0
+    assert manager.calls == [["one", "two", "three"]]  # One call for every stream's chunks.
+    for writer in writers:
+        assert stored(manager, writer.stream_id) == [f"{writer.stream_id}-{n}" for n in range(3)]
+        assert writer.last_sequence == 3
+
+
+def test_writes_in_a_transaction_go_through_after_the_queued_ones_and_commit_with_it(
+    manager, flusher
+):
+    writer = batched(manager, flusher, "st")
+    with writer.held():  # Keep the flusher off, so that the queued chunk is there to order.
+        writer.write(text("queued"))
+        with transaction.atomic():
+            writer.write(text("in the commit"))
+            assert stored(manager, "st") == ["queued", "in the commit"]
+            assert writer.last_sequence == 2
+
+    def failing_commit() -> None:
+        with transaction.atomic():
+            writer.write(text("rolled back"))
+            raise RuntimeError("the commit fails")
+
+    with pytest.raises(RuntimeError):
+        failing_commit()
+
+    assert stored(manager, "st") == ["queued", "in the commit"]
+    assert manager.calls == []  # The flusher wrote none of them.
+
+
+def test_flush_stores_what_is_queued_now_and_counts_it_in_the_last_sequence(manager):
+    writer = batched(manager, Flusher(delay=60), "st")  # Its flusher would wait a minute.
+
+    writer.write_many([text("a"), text("b")])
+    writer.flush()
+
+    assert stored(manager, "st") == ["a", "b"]
+    assert writer.last_sequence == 2
+    writer.flush()  # Nothing queued: nothing to do.
+    assert stored(manager, "st") == ["a", "b"]
+
+
+def test_a_held_writer_is_left_alone_until_it_is_let_go(manager, flusher):
+    writer = batched(manager, flusher, "st")
+
+    with writer.held():
+        writer.write(text("a"))
+        time.sleep(DELAY * 4)
+        assert stored(manager, "st") == []
+    eventually(lambda: stored(manager, "st") == ["a"])
+
+
+def test_a_refusal_the_flusher_met_is_raised_to_the_writers_owner(manager, flusher):
+    writer = batched(manager, flusher, "st", exclusive=True)
+    manager.create_writer("st", "run-2", "researcher", exclusive=True)  # A newer attempt.
+
+    writer.write(text("too late"))
+
+    def refused() -> bool:
+        try:
+            writer.flush()
+        except WriterSuperseded:
+            return True
+        return False
+
+    eventually(lambda: manager.calls)  # The flusher took it; a flush now waits for its result.
+    assert refused()
+    assert manager.calls == [["st"]]
+    with pytest.raises(WriterSuperseded):
+        writer.write(text("later still"))
+    assert stored(manager, "st") == []
