@@ -204,6 +204,8 @@ def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
             yield Workers(workers, logs)
         finally:
             app.conf.task_default_queue = previous_queue
+            with app.connection_for_write() as broker:  # RabbitMQ would keep it for ever.
+                broker.default_channel.queue_delete(queue)
             for worker in workers:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(worker.pid, signal.SIGTERM)

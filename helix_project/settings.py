@@ -10,6 +10,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from helix_project import broker
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -191,29 +193,17 @@ else:
     raise ImproperlyConfigured("REDIS_CHANNEL_LAYER must be 'pubsub' or 'core'.")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
-_visibility_timeout = env.int("CELERY_VISIBILITY_TIMEOUT", default=120)
-_restore_interval = max(1, min(10, _visibility_timeout // 2))
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    # Seconds before the Redis broker hands a dead worker's unacknowledged step to another;
-    # workers sweep for such steps every half of it, at most every 10 s.
-    "visibility_timeout": _visibility_timeout,
-    "unacked_restore_interval": _restore_interval,
-    "unacked_restore_throttle": 1,
-    # One worker sweeps at a time, under a lock in Redis. A worker killed while it sweeps
-    # leaves the lock behind until it expires: kombu's five minutes would stop every sweep.
-    "unacked_mutex_expire": _restore_interval,
-}
-if CELERY_BROKER_URL.startswith("filesystem://"):
-    CELERY_BROKER_TRANSPORT = "helix_project.broker:Transport"  # Writes messages atomically.
-    _broker_dir, _control_dir = VAR_DIR / "broker", VAR_DIR / "broker-control"
-    for _folder in (_broker_dir, _control_dir):
-        _folder.mkdir(parents=True, exist_ok=True)  # kombu expects them to exist.
-    CELERY_BROKER_TRANSPORT_OPTIONS |= {
-        "data_folder_in": str(_broker_dir),
-        "data_folder_out": str(_broker_dir),
-        "control_folder": str(_control_dir),
-        "polling_interval": 0.05,
+# Redis brokers and RabbitMQ get different settings (helix_project/broker.py).
+globals().update(
+    {
+        f"CELERY_{name.upper()}": value
+        for name, value in broker.celery_settings(
+            CELERY_BROKER_URL,
+            visibility_timeout=env.int("CELERY_VISIBILITY_TIMEOUT", default=120),
+            var_dir=VAR_DIR,
+        ).items()
     }
+)
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_TASK_IGNORE_RESULT = True
 # `celery beat` (which `serve` runs) runs the expired-session sweep this often; cron can run

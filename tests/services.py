@@ -7,6 +7,7 @@ run instead of silently skipping a backend suite.
 
 import os
 
+import kombu
 import psycopg
 import pytest
 import redis
@@ -66,7 +67,26 @@ def chromium_problem() -> str | None:
     return None
 
 
-PROBLEMS = {"postgres": postgres_problem, "redis": redis_problem, "chromium": chromium_problem}
+# The RabbitMQ broker the broker tests run on (`.ci/run` starts it).
+RABBITMQ_URL = os.environ.get("HELIX_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def rabbitmq_problem() -> str | None:
+    """Return why this run has no reachable RabbitMQ, or `None` if it has one."""
+    try:
+        with kombu.Connection(RABBITMQ_URL, connect_timeout=3) as broker:
+            broker.ensure_connection(max_retries=1)
+    except Exception as error:  # kombu raises the transport's own errors.
+        return f"RabbitMQ at {RABBITMQ_URL} is unreachable ({error})"
+    return None
+
+
+PROBLEMS = {
+    "postgres": postgres_problem,
+    "redis": redis_problem,
+    "rabbitmq": rabbitmq_problem,
+    "chromium": chromium_problem,
+}
 
 
 def require(service: str) -> None:

@@ -17,10 +17,36 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from helix_project import broker
 from helix_project.celery import app
 from tests.live import ROOT, live_env
 
 READY_TIMEOUT = 60.0
+
+
+@contextlib.contextmanager
+def sending_to(broker_url: str):
+    """Send this process's tasks to the broker at `broker_url` for a while, set as settings
+    would set it (`helix_project.broker`); give workers the same URL in `CELERY_BROKER_URL`."""
+    conf = {
+        "broker_url": broker_url,
+        "broker_transport": None,  # Chosen by the URL's scheme, unless the settings choose.
+        **broker.celery_settings(broker_url, visibility_timeout=2, var_dir=settings.VAR_DIR),
+    }
+    previous = {name: app.conf[name] for name in conf}
+
+    def configure(values: dict) -> None:
+        app.conf.update(values)
+        # Celery caches the connection and producer pools and the queues they declare;
+        # dropped, they are built again from the configuration on the next send.
+        app.__dict__.pop("amqp", None)
+        app._pool = None
+
+    configure(conf)
+    try:
+        yield
+    finally:
+        configure(previous)
 
 
 class Worker:
@@ -31,15 +57,13 @@ class Worker:
         tmp_path: Path,
         concurrency: int = 8,
         pool: str = "threads",
-        beat: bool = False,
         **env: str,
     ) -> None:
         self.queue = f"test-{uuid.uuid4().hex[:12]}"
+        self.name = uuid.uuid4().hex[:8]  # Workers sharing a queue still need names of their own.
         self.log = tmp_path / f"worker-{self.queue}.log"
         self.concurrency = concurrency
         self.pool = pool
-        # With `beat`, the worker also runs the beat schedule (the recovery sweep among it).
-        self.beat = ["--beat", "--schedule", str(tmp_path / f"beat-{self.queue}")] if beat else []
         self.env = live_env(
             tmp_path,
             # The filesystem broker lives in the var directory: share this process's.
@@ -58,8 +82,8 @@ class Worker:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
                  "--pool", self.pool, "--concurrency", str(self.concurrency), "--loglevel", "INFO",
-                 "--without-mingle", "--without-gossip", "--hostname", f"{self.queue}@%h",
-                 *self.beat],
+                 "--without-mingle", "--without-gossip",
+                 "--hostname", f"{self.queue}-{self.name}@%h"],
                 cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Its own process group: kill reaches the pool too.
             )  # fmt: skip
@@ -116,24 +140,34 @@ class Supervisor:
     """
 
     def __init__(self, tmp_path: Path, count: int, **options) -> None:
-        """Start `count` workers; the first also runs the beat schedule, as one beat would."""
-        self.workers = [Worker(tmp_path, beat=n == 0, **options) for n in range(count)]
+        """Prepare `count` workers on one queue and one beat, as production runs them."""
+        self.workers = [Worker(tmp_path, **options) for _ in range(count)]
         for worker in self.workers[1:]:  # One queue: they share the work, as in production.
             worker.queue = self.workers[0].queue
             worker.env["CELERY_TASK_DEFAULT_QUEUE"] = worker.queue
+        self.beat = Beat(tmp_path, self.workers[0].env)
         self.restarts = 0
         self._stopping = threading.Event()
         self._watching = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> "Supervisor":
-        for worker in self.workers:
-            worker.start()
+        try:
+            for worker in self.workers:
+                worker.start()
+            self.beat.start()
+        except BaseException:
+            self._stop_all()
+            raise
         self._watching.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
         self._stopping.set()
         self._watching.join()
+        self._stop_all()
+
+    def _stop_all(self) -> None:
+        self.beat.stop()
         for worker in self.workers:
             worker.stop()
 
@@ -147,3 +181,34 @@ class Supervisor:
                 if worker.process.poll() is not None and not self._stopping.is_set():
                     self.restarts += 1
                     worker.start()
+
+
+class Beat:
+    """Celery beat, a process of its own as in production: it sends the schedule's tasks (the
+    recovery sweep among them) to the queue its environment names."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        name = uuid.uuid4().hex[:8]
+        self.schedule, self.log = tmp_path / f"beat-{name}", tmp_path / f"beat-{name}.log"
+        self.env = env
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as output:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "helix_project", "beat",
+                 "--schedule", str(self.schedule), "--loglevel", "INFO"],
+                cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.services import RABBITMQ_URL, require
+
 ROOT = Path(__file__).resolve().parents[2]
 # A metric, our value, both raw values and both ratios.
 RATIO_ROW = r"^  {metric} +[\d,.]+ +[\d,.]+ +\d+\.\d\d +[\d,.]+ +\d+\.\d\d "
@@ -66,6 +68,13 @@ def test_quick_scaleout_completes_every_run_and_checks_every_transcript(live_par
 
 
 @pytest.mark.postgres
+def test_quick_scaleout_on_rabbitmq_completes_every_run_and_checks_every_transcript() -> None:
+    require("rabbitmq")
+    result = _quick_bench("scaleout", CELERY_BROKER_URL=RABBITMQ_URL)
+    assert "every client's transcript equalled the stored log (20 of 20)" in result.stdout
+
+
+@pytest.mark.postgres
 def test_quick_memory_bench_finds_what_raw_sql_finds_and_prints_ratios() -> None:
     result = _quick_bench("memory")
     print(result.stdout)
@@ -97,12 +106,12 @@ def test_quick_state_bench_delivers_every_round_once_and_prints_ratios() -> None
         assert len(rows) == 1, result.stdout
 
 
-def _quick_bench(*parts: str) -> subprocess.CompletedProcess[str]:
+def _quick_bench(*parts: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m bench --quick` on the given parts; fail unless it exits 0."""
     result = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", *(f"--only={part}" for part in parts)],
         cwd=ROOT,
-        env=os.environ,
+        env={**os.environ, **env},
         capture_output=True,
         text=True,
         timeout=300,
