@@ -49,6 +49,7 @@ from agents_app.llm.base import (
     build_adapter,
 )
 from agents_app.mcp.tools import mcp_tools
+from agents_app.observability import metrics, tracing
 from agents_app.registry import AgentFactoryContext, get_registry
 from agents_app.session_memory import memory_tools, session_memory
 from agents_app.state import StateDraft
@@ -115,7 +116,7 @@ def run_steps(session_id: str, run_id: str, step: int, *, time_slice: float) -> 
 
 
 def hand_over(session_id: str, holder: str) -> None:
-    """Release the lease a run kept between steps, once its next step is with the broker."""
+    """Release the lease a run kept between steps, before its next step goes to the broker."""
     with contextlib.suppress(SessionNotFound):
         get_session_store().release_lease(session_id, holder)
 
@@ -148,7 +149,17 @@ def run_step(session_id: str, run_id: str, step: int, *, holder: str) -> StepOut
             "(its worker died, stalled or failed each time)."
         )
     try:
-        return attempt.run(recover=lease.taken_over)
+        with (
+            metrics.step(state.agent_type),
+            tracing.step_span(
+                run.metadata,
+                session_id=session_id,
+                run_id=run_id,
+                step=step,
+                agent_type=state.agent_type,
+            ),
+        ):
+            return attempt.run(recover=lease.taken_over)
     except (LeaseLost, WriterSuperseded, VersionConflict) as error:
         logger.warning(
             "Step %s of run %s was taken over by another worker and did not commit: %s",
@@ -333,7 +344,11 @@ class _Attempt:
         retries, retried = conf.llm_max_retries(), 0
         while True:
             try:
-                return self._stream_reply(adapter, request, writer, watch)
+                with (
+                    tracing.span("model", model=request.model, attempt=retried + 1),
+                    metrics.MODEL_SECONDS.labels(self.state.agent_type).time(),
+                ):
+                    return self._stream_reply(adapter, request, writer, watch)
             except LLMError as error:
                 if not error.retryable or retried == retries or watch.stopped:
                     raise
@@ -641,6 +656,7 @@ class _Attempt:
                     current_version=result.current_version,
                 )
             self.store.release_lease(self.session_id, self.holder)
+        metrics.STEPS_FAILED.labels(self.state.agent_type).inc()
         return StepOutcome()
 
     def _interrupt(self, writer, reason: str | None, reply: _Reply | None, outcomes) -> StepOutcome:
@@ -742,7 +758,7 @@ class _Attempt:
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         # The writer is held from before the transaction begins (see `BatchedWriter.held`).
-        with writer.held():
+        with writer.held(), tracing.span("commit", status=status.value):
             writer.flush()  # What it streamed is stored first, up to the checkpoint's sequence.
             with transaction.atomic():
                 committed = self.store.save_state_and_promote_staging(
@@ -764,6 +780,7 @@ class _Attempt:
                 if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
                     stored = AgentState(state=custom_state, version=committed.new_version)
                     transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
+        metrics.STEPS_COMMITTED.labels(self.state.agent_type).inc()
 
     def _usage(self, reply: _Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""

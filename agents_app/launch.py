@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from agents_app import tasks
 from agents_app.inputs import input_messages
+from agents_app.observability import tracing
 from sessions_app.conf import helix_setting
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
@@ -70,6 +71,7 @@ def begin_run(
     metadata = {"firstStep": state.step_count + 1, "fromSequence": writer.last_sequence}
     if branch_from is not None:
         metadata["branchFrom"] = branch_from
+    metadata |= tracing.run_started(state.session_id, run_id, state.agent_type)
     store.create_run(state.session_id, run_id, metadata=metadata)
     store.clear_interrupt_flag(state.session_id)
     store.save_state_and_promote_staging(

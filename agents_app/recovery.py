@@ -21,6 +21,7 @@ from typing import Any
 from django.utils import timezone
 
 from agents_app import conf, executor
+from agents_app.observability.metrics import RECOVERIES
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import StalledRun
 
@@ -49,6 +50,7 @@ def recover_stalled_runs(enqueue: Callable[[str, str, int], Any]) -> RecoveryRep
             if run.recoveries > conf.run_max_recoveries():
                 _give_up(run)
                 report.failed.append(run)
+                RECOVERIES.labels("failed").inc()
                 continue
             logger.warning(
                 "Run %s of session %s had not moved for %.0f s: step %s enqueued again "
@@ -61,6 +63,7 @@ def recover_stalled_runs(enqueue: Callable[[str, str, int], Any]) -> RecoveryRep
             )
             enqueue(run.session_id, run.run_id, run.step)
             report.recovered.append(run)
+            RECOVERIES.labels("recovered").inc()
         if len(batch) < BATCH_SIZE:
             break
     return report

@@ -34,8 +34,11 @@ def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0
         executor.fail_run(session_id, run_id, step, f"Step {step} kept failing: {error!r}")
         raise
     if outcome.next_step is not None:
-        run_step_task.delay(session_id, run_id, outcome.next_step)
+        # The lease goes first: the next task may start at once, and would find it held (and
+        # wait half a lease to try again). Dying in between strands nothing: the run holds no
+        # lease and moves no more, which is what the recovery sweep looks for.
         executor.hand_over(session_id, outcome.holder)
+        run_step_task.delay(session_id, run_id, outcome.next_step)
     if outcome.retry_after is not None:
         raise self.retry(countdown=outcome.retry_after)
 

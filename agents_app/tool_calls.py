@@ -11,6 +11,7 @@ outcome is replayed, its state writes, metrics and custom chunks included, and a
 running when its worker died is not run again; its result says it was cut off.
 """
 
+import contextvars
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -23,6 +24,7 @@ from pydantic import BaseModel
 
 from agents_app.definitions import Tool, ToolInputInvalid
 from agents_app.llm.base import ToolCall
+from agents_app.observability import metrics, tracing
 from agents_app.state import StateDraft
 from sessions_app.connections import release_connection
 from sessions_app.stores import get_session_store
@@ -133,8 +135,16 @@ def run_tool_calls(
     with ThreadPoolExecutor(
         max_workers=min(MAX_PARALLEL_TOOL_CALLS, len(calls)), thread_name_prefix="helix-tool"
     ) as pool:
-        futures = [
-            pool.submit(_run_in_thread, tools.get(call.name), call, scope, custom_state, announce)
+        futures = [  # Each in a copy of the step's context: its trace span, for one.
+            pool.submit(
+                contextvars.copy_context().run,
+                _run_in_thread,
+                tools.get(call.name),
+                call,
+                scope,
+                custom_state,
+                announce,
+            )
             for call in calls
         ]
         return [future.result() for future in futures]
@@ -191,8 +201,12 @@ def _run_recorded(tool: Tool | None, call: ToolCall, context: ToolCallContext) -
     scope, store = context.scope, get_session_store()
     runs = _runs(tool, call, scope)  # Else it fails before it runs.
     started = time.monotonic()
-    result, is_error = _execute(tool, call, context)
-    duration_ms = round((time.monotonic() - started) * 1000)
+    with tracing.span("tool", tool_name=call.name, tool_call_id=call.id) as span:
+        result, is_error = _execute(tool, call, context)
+        span.set_attribute("helix.tool_error", is_error)
+    elapsed = time.monotonic() - started
+    metrics.TOOL_SECONDS.labels(scope.agent_type).observe(elapsed)
+    duration_ms = round(elapsed * 1000)
     outcome = _outcome(call, context, result, is_error=is_error, duration_ms=duration_ms)
     if runs:
         store.finish_tool_call(

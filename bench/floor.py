@@ -18,8 +18,7 @@ from typing import Any
 import psycopg
 from celery import shared_task
 from django.db import connection
-
-from bench.raw import connect
+from psycopg_pool import ConnectionPool
 
 CHUNKS_PER_STEP = 5
 _TABLES = ("bench_floor_session", "bench_floor_message", "bench_floor_chunk", "bench_floor_other")
@@ -59,21 +58,44 @@ _OTHER = (
     "VALUES (%s, 'checkpoint', %s), (%s, 'usage', %s), (%s, 'usage', %s)"
 )
 
-_local = threading.local()
+_pool: ConnectionPool | None = None
+_pool_lock = threading.Lock()
 
 
-def _database() -> psycopg.Connection:
-    """Return this thread's connection, opened on first use (workers run tasks in threads)."""
-    database = getattr(_local, "connection", None)
-    if database is None or database.closed:
-        database = _local.connection = connect(connection.settings_dict, like_django=False)
-    return database
+def _connections() -> ConnectionPool:
+    """Return this process's pool of raw connections, as large as our steps' (the threads
+    pool runs many hops at once; a connection each would outgrow `max_connections`)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            settings = connection.settings_dict
+            size = settings["OPTIONS"].get("pool", {}).get("max_size", 20)
+            _pool = ConnectionPool(
+                kwargs={"autocommit": True},
+                min_size=1,
+                max_size=size,
+                open=True,
+                conninfo=psycopg.conninfo.make_conninfo(
+                    host=settings["HOST"] or None,
+                    port=settings["PORT"] or None,
+                    user=settings["USER"] or None,
+                    password=settings["PASSWORD"] or None,
+                    dbname=settings["NAME"],
+                ),
+            )
+        return _pool
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def floor_step(session_id: str, step: int, steps: int) -> None:
     """Run hop `step` of `steps` of the session, then enqueue the next one."""
-    database = _database()
+    with _connections().connection() as database:
+        _hop(database, session_id, step, steps)
+    if step < steps:
+        floor_step.delay(session_id, step + 1, steps)
+
+
+def _hop(database: psycopg.Connection, session_id: str, step: int, steps: int) -> None:
     (state,) = database.execute(_CLAIM, [uuid.uuid4().hex, session_id]).fetchone()
     history = database.execute(_HISTORY, [session_id]).fetchall()
     for n in range(CHUNKS_PER_STEP):
@@ -91,8 +113,6 @@ def floor_step(session_id: str, step: int, steps: int) -> None:
         checkpoint = json.dumps({"step": step, "state": state})
         usage = json.dumps({"tokens": 10})
         database.execute(_OTHER, [session_id, checkpoint, session_id, usage, session_id, usage])
-    if step < steps:
-        floor_step.delay(session_id, step + 1, steps)
 
 
 class FloorTables:

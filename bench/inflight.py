@@ -198,7 +198,9 @@ def _wait_until_ended(run_ids: list[str]) -> None:
             statuses = Run.objects.filter(pk__in=run_ids).values_list("status", flat=True)
             statuses = list(statuses)
             if Run.Status.FAILED in statuses:
-                raise RuntimeError("A benchmark run failed; see the worker log.")
+                failed = Run.objects.filter(pk__in=run_ids, status=Run.Status.FAILED)
+                errors = sorted(set(failed.values_list("error", flat=True)))
+                raise RuntimeError(f"{failed.count()} benchmark runs failed: {errors[:3]}")
             if Run.Status.RUNNING not in statuses:
                 return
             if time.monotonic() > deadline:

@@ -42,7 +42,8 @@ LEGEND = (
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PROCESSES = 2
 CONCURRENT_SESSIONS = (1, 50)
-STEPS_PER_SECOND_TARGET = 200.0  # At 50 concurrent sessions.
+# Ours over the raw floor in steps per second, at most: a step costs little beyond the floor.
+FLOOR_RATIO_TARGETS = {1: 2.0, 50: 1.5}
 READY_TIMEOUT = 60.0
 RUN_TIMEOUT = 300.0
 ROUNDS = 3
@@ -73,32 +74,24 @@ def run(options: Options) -> Iterator[Table]:
     raw_commit_ms = raw_ms[len(raw_ms) // 2]
     median = {sessions: statistics.median(rates[sessions]) for sessions in rates}
     floor_median = {sessions: statistics.median(floor_rates[sessions]) for sessions in rates}
-    at_one, top = median[1], median[CONCURRENT_SESSIONS[-1]]
+    at_one = median[1]
     rows = [
         Row(
             metric=f"steps/s, {sessions}",
             orm=median[sessions],
-            lenient_raw=floor_median[sessions],
-            strict_raw=1000 / raw_commit_ms,
+            lenient_raw=1000 / raw_commit_ms,
+            strict_raw=floor_median[sessions],
             higher_is_better=True,
+            target=FLOOR_RATIO_TARGETS.get(sessions),
             precision=0,
         )
         for sessions in CONCURRENT_SESSIONS
     ]
-    rows += [
-        Row(metric="ms per step", orm=1000 / at_one, strict_raw=raw_commit_ms, precision=1),
-        Row(
-            metric=f"steps/s, {CONCURRENT_SESSIONS[-1]}",
-            orm=top,
-            higher_is_better=True,
-            target=STEPS_PER_SECOND_TARGET,
-            precision=0,
-        ),
-    ]
+    rows.append(Row(metric="ms per step", orm=1000 / at_one, strict_raw=raw_commit_ms, precision=1))
     notes = [
-        "Rows: steps per second at 1 and 50 concurrent sessions against the raw floor's and "
-        "against raw commits per second on one connection; the latency of one step of one "
-        "session against one raw commit; the target row.",
+        "Rows: steps per second at 1 and 50 concurrent sessions against raw commits per second "
+        "on one connection and against the raw floor's, which the targets hold against; the "
+        "latency of one step of one session against one raw commit.",
         f"Median of {rounds} round(s) per concurrency; every round, ours: "
         + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in rates[s]) for s in rates)
         + "; raw floor: "
@@ -112,7 +105,7 @@ def run(options: Options) -> Iterator[Table]:
         title="Agent steps on Celery workers vs raw baselines",
         rows=rows,
         notes=notes,
-        columns=("Helix", "raw floor", "raw commit"),
+        columns=("Helix", "raw commit", "raw floor"),
     )
 
 

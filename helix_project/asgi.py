@@ -3,9 +3,15 @@ Channels router."""
 
 import os
 
+import django
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
+django.setup(set_prefix=False)
+
+from agents_app.observability import tracing  # noqa: E402  (needs the app registry)
+
+tracing.configure()  # Before the handler loads the middleware: Django's tracing is one.
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app registry)

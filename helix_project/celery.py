@@ -3,7 +3,7 @@
 import os
 
 from celery import Celery
-from celery.signals import task_prerun
+from celery.signals import task_prerun, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "helix_project.settings")
 
@@ -22,3 +22,22 @@ def _drop_broken_connections(**kwargs: object) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@worker_init.connect
+def _observe(**kwargs: object) -> None:
+    """Trace (if `OTEL_EXPORTER_OTLP_ENDPOINT` is set) and serve this worker's metrics (on
+    `HELIX_WORKER_METRICS_PORT`, if set; the threads pool's steps run in this process)."""
+    from agents_app.observability import server, tracing
+
+    tracing.configure()
+    if port := os.environ.get("HELIX_WORKER_METRICS_PORT"):
+        server.serve_metrics(os.environ.get("HELIX_WORKER_METRICS_HOST", "0.0.0.0"), int(port))
+
+
+@worker_process_init.connect
+def _trace_pool_process(**kwargs: object) -> None:
+    """Trace in each process of a forking pool too: the SDK's exporter thread is not forked."""
+    from agents_app.observability import tracing
+
+    tracing.configure()

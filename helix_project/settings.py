@@ -289,6 +289,8 @@ HELIX = {
     # ends) or "interrupt" (enqueue, and interrupt the running one).
     "RUN_CONCURRENCY": env.str("HELIX_RUN_CONCURRENCY", default="reject"),
     "MAX_AGENT_STATE_BYTES": env.int("HELIX_MAX_AGENT_STATE_BYTES", default=1024 * 1024),
+    # The bearer token that reads `/metrics` (and a worker's metrics port); staff need none.
+    "METRICS_TOKEN": env.str("HELIX_METRICS_TOKEN", default=""),
     # How long each check of `/readyz` may take before it counts as failed.
     "READINESS_TIMEOUT_SECONDS": env.float("HELIX_READINESS_TIMEOUT_SECONDS", default=2),
     # Who may frame the chat page: CSP `frame-ancestors` sources, space-separated.

@@ -21,4 +21,5 @@ urlpatterns = [
     re_path(r"^api/", api_not_found, name="api-not-found"),
     path("chat/", include("agents_app.chat_urls")),
     path("", include("agents_app.health.urls")),
+    path("", include("agents_app.observability.urls")),
 ]

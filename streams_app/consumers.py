@@ -29,12 +29,14 @@ from streams_app.backends import get_stream_manager
 from streams_app.backends.base import FailEvent, StreamEvent
 from streams_app.backends.reader import StreamReader
 from streams_app.errors import InvalidResumePoint
+from streams_app.metrics import CLIENTS
 from streams_app.resume import resume_point
 
 
 class StreamConsumer(AsyncWebsocketConsumer):
     reader: StreamReader | None = None
     pump: asyncio.Task | None = None
+    counted = False  # In `helix_stream_clients`.
 
     async def connect(self) -> None:
         """Accept only the session's owner, then start sending its stream."""
@@ -53,6 +55,8 @@ class StreamConsumer(AsyncWebsocketConsumer):
             session.stream_id, from_sequence
         )
         await self.accept()
+        CLIENTS.labels("websocket").inc()
+        self.counted = True
         if self.reader is None:
             info = await database_sync_to_async(manager.get_stream_info)(session.stream_id)
             await self._send_events([FailEvent(info.error or "The stream failed.")])
@@ -75,6 +79,9 @@ class StreamConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         """Stop sending and release the reader."""
+        if self.counted:
+            CLIENTS.labels("websocket").dec()
+            self.counted = False
         if self.pump is not None:
             self.pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):

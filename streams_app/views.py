@@ -20,6 +20,7 @@ from sessions_app.selectors import asession_for_user
 from streams_app.backends import get_stream_manager
 from streams_app.backends.base import ChunkEvent, FailEvent, ResyncEvent, StreamEvent
 from streams_app.backends.reader import StreamReader
+from streams_app.metrics import CLIENTS
 from streams_app.resume import resume_point
 
 HEARTBEAT = b": heartbeat\n\n"
@@ -56,11 +57,13 @@ async def stream_events(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 async def _sse_stream(reader: StreamReader, heartbeat: float) -> AsyncIterator[bytes]:
+    CLIENTS.labels("sse").inc()
     try:
         while not reader.finished:
             events = await reader.next_events(timeout=heartbeat)
             yield b"".join(_sse_event(event) for event in events) if events else HEARTBEAT
     finally:
+        CLIENTS.labels("sse").dec()
         await reader.aclose()
 
 

@@ -22,6 +22,7 @@ from sessions_app.errors import HelixError
 from sessions_app.stores.base import async_twin
 from streams_app.chunks import Chunk, chunk_to_wire
 from streams_app.errors import StreamClosed, StreamNotFound, WriterSuperseded
+from streams_app.metrics import CHUNKS_WRITTEN
 from streams_app.models import Stream
 
 if TYPE_CHECKING:
@@ -177,6 +178,7 @@ class StreamWriter:
             return []
         sequences = self.manager.append_chunks(self.stream_id, wire, epoch=self.epoch)
         self.last_sequence = sequences[-1]
+        CHUNKS_WRITTEN.inc(len(sequences))
         return sequences
 
     def close(self) -> None:
