@@ -111,7 +111,8 @@ class Table:
                 "-" if ratio is None else f"{ratio:.2f}"
                 for ratio in (row.lenient_ratio, row.strict_ratio)
             ]
-            digits = 0 if row.strict_raw is None else 2  # A value's own target, or a ratio's.
+            # A ratio's target, or a value's own (in the value's precision).
+            digits = row.precision if row.strict_raw is None else 2
             at_least = row.higher_is_better and row.strict_raw is None
             bound = ">=" if at_least else "<="
             target = "-" if row.target is None else f"{bound} {row.target:,.{digits}f}"
@@ -149,7 +150,7 @@ def summary(tables: Sequence[Table], machine: str) -> str:
             target = (
                 "-"
                 if row.target is None
-                else f"{bound} {row.target:,.{0 if ratio is None else 2}f}"
+                else f"{bound} {row.target:,.{row.precision if ratio is None else 2}f}"
             )
             lines.append(
                 f"| {table.figure}: {row.metric} | {row.orm:,.{row.precision}f} | "

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -15,6 +16,7 @@ from django.core.cache import cache
 from django.db import connections
 from django.test.utils import override_settings
 
+from tests.redis_server import RedisServer
 from tests.services import PROBLEMS, REQUIRED_SERVICES, database_vendor
 
 _DB_FIXTURES = {
@@ -208,3 +210,18 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("fault injection: pass figures")
         for line in _FIGURES:
             terminalreporter.line(line)
+
+
+@pytest.fixture
+def private_redis(tmp_path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own; skipped without one unless the run requires Redis."""
+    if shutil.which("redis-server") is None:
+        reason = "redis-server is not on PATH"
+        if "redis" in REQUIRED_SERVICES:
+            pytest.fail(f"redis is required in this run (HELIX_REQUIRE_SERVICES) but {reason}")
+        pytest.skip(reason)
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    if server.process.poll() is None:
+        server.kill()

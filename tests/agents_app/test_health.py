@@ -4,17 +4,13 @@ that is killed and started again. The machine's own servers are never touched.
 """
 
 import contextlib
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.db.migrations.recorder import MigrationRecorder
@@ -23,7 +19,7 @@ from django.test import Client
 from agents_app.health import checks
 from tests.live import free_port, live_env
 from tests.live_clients import Daphne
-from tests.services import REQUIRED_SERVICES
+from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -257,54 +253,6 @@ def test_readyz_names_the_database_while_postgresql_is_down_or_hangs_and_recover
     )
     assert hung_for < TIMEOUT + 2
     assert all(check["ok"] for check in back.json()["checks"].values())
-
-
-class RedisServer:
-    """A private redis-server, with a password, that can be killed and started again."""
-
-    PASSWORD = "s3cret-readiness-pw"
-
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.url = f"redis://:{self.PASSWORD}@127.0.0.1:{self.port}/0"
-        self.directory = directory
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        """Start redis-server and return once it answers."""
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--requirepass", self.PASSWORD,
-             "--save", "", "--appendonly", "no", "--daemonize", "no",
-             "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(self.url, socket_connect_timeout=1).ping()
-                return
-            except redis.ConnectionError:
-                assert self.process.poll() is None, "redis-server exited on start"
-                assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
-@pytest.fixture
-def private_redis(tmp_path) -> Iterator[RedisServer]:
-    if shutil.which("redis-server") is None:
-        reason = "redis-server is not on PATH"
-        if "redis" in REQUIRED_SERVICES:
-            pytest.fail(f"redis is required in this run (HELIX_REQUIRE_SERVICES) but {reason}")
-        pytest.skip(reason)
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    if server.process.poll() is None:
-        server.kill()
 
 
 @pytest.mark.parametrize("layer", ["pubsub", "core"])

@@ -11,20 +11,16 @@ what it stored, so that every fault lands mid-stream however slowly the servers 
 """
 
 import asyncio
-import shutil
 import subprocess
-import time
 from collections.abc import Sequence
 
 import pytest
-import redis
 from channels.db import database_sync_to_async
 
 from sessions_app.stores import get_session_store
 from streams_app.backends import get_stream_manager
-from tests.live import free_port, live_env
+from tests.live import live_env
 from tests.live_clients import Daphne, Received, sse_client, start_writer, websocket_client
-from tests.services import REQUIRED_SERVICES
 from tests.streams_app.conftest import session_cookie
 from tests.streams_app.test_live import assert_got_the_stored_log
 
@@ -144,52 +140,6 @@ async def test_clients_resume_across_daphne_sigterm_and_sigkill(
     await assert_got_the_stored_log(owned_session, *clients, count=count)
     assert kills_mid_stream == KILLS
     assert all(client.connections > KILLS for client in clients)
-
-
-class RedisServer:
-    """A private redis-server that can be killed and started again on the same port."""
-
-    def __init__(self, directory) -> None:
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.directory = directory
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        """Start redis-server and return once it answers."""
-        self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--save", "", "--appendonly", "no",
-             "--daemonize", "no", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                redis.Redis.from_url(self.url, socket_connect_timeout=1).ping()
-                return
-            except redis.ConnectionError:
-                assert self.process.poll() is None, "redis-server exited on start"
-                assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-
-@pytest.fixture
-def private_redis(tmp_path):
-    """A redis-server of this test's own; skipped without one unless the run requires Redis."""
-    if shutil.which("redis-server") is None:
-        reason = "redis-server is not on PATH"
-        if "redis" in REQUIRED_SERVICES:
-            pytest.fail(f"redis is required in this run (HELIX_REQUIRE_SERVICES) but {reason}")
-        pytest.skip(reason)
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    if server.process.poll() is None:
-        server.kill()
 
 
 async def test_clients_get_the_whole_log_across_a_redis_restart(
