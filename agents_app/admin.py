@@ -7,6 +7,7 @@ full count. The detail page is read-only; actions call the services in `agents_a
 and `agents_app.reaping`.
 """
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin, messages
@@ -277,6 +278,7 @@ def session_records(session_id: str, query: Any) -> dict[str, Any]:
     return {
         "message_tree": message_tree(session_id, session["message_count"]),
         "runs": Run.objects.filter(session_id=session_id).order_by("turn"),
+        "timelines": step_timelines(session_id),
         "checkpoints": Checkpoint.objects.filter(session_id=session_id)
         .defer("state")
         .order_by("-created_at")[:CHECKPOINTS_SHOWN],
@@ -287,6 +289,37 @@ def session_records(session_id: str, query: Any) -> dict[str, Any]:
         "usage": get_usage_store().get_rollup(session_id).to_wire(),
         "chunks": chunk_page(session["stream_id"], query.get("chunks_after", "0")),
     }
+
+
+def step_timelines(session_id: str) -> list[dict[str, Any]]:
+    """Return the latest runs' steps as timelines: when each began, its model call, its tools
+    and its commit, with each part's share of the step for the bars."""
+    rows = (
+        Checkpoint.objects.filter(session_id=session_id, timings__isnull=False)
+        .order_by("-created_at")
+        .values("run_id", "step_count", "timings", "created_at")[:CHECKPOINTS_SHOWN]
+    )
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(rows, key=lambda row: row["step_count"]):
+        timings = row["timings"]
+        started = datetime.fromisoformat(timings["startedAt"])
+        total = max((row["created_at"] - started) / timedelta(milliseconds=1), 1)
+        model, tools = timings.get("modelMs") or 0, timings.get("toolsMs") or 0
+        runs.setdefault(row["run_id"], []).append(
+            {
+                "step": row["step_count"],
+                "started": started,
+                "committed": row["created_at"],
+                "total_ms": round(total),
+                "model_ms": model,
+                "tools_ms": tools,
+                "tools": timings.get("tools", []),
+                # Percentages of the step: model, tools, and the rest up to the commit.
+                "model_share": round(100 * min(model, total) / total),
+                "tools_share": round(100 * min(tools, total - min(model, total)) / total),
+            }
+        )
+    return [{"run_id": run_id, "steps": steps} for run_id, steps in runs.items()]
 
 
 def message_tree(session_id: str, total: int) -> dict[str, Any]:

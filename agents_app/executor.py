@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
 from agents_app import companions, conf, launch, subagents
 from agents_app.agent_state import AgentState, broadcast_state
@@ -233,6 +234,10 @@ class _Attempt:
         self.holder = holder
         self.step_id = f"{run.run_id}:{step}"
         self.llm_stream = None
+        # When the attempt began, and how long its model call and its tools took (ms).
+        self.started_at = timezone.now()
+        self.model_ms: int | None = None
+        self.tools_ms: int | None = None
         # The suspended step's calls, with what people and children gave; committed first.
         self.drained: list[ToolOutcome] = []
         # The tool calls dead attempts at this step began (read when taking it over).
@@ -341,6 +346,12 @@ class _Attempt:
         )
         adapter = build_adapter(self.adapter_context, self.agent.llm)
         release_connection()  # The model is slow: the connection serves other steps meanwhile.
+        with self._timed("model_ms"):
+            return self._call_with_retries(adapter, request, writer, watch)
+
+    def _call_with_retries(
+        self, adapter, request: LLMRequest, writer: BatchedWriter, watch: StepWatch
+    ) -> _Reply:
         retries, retried = conf.llm_max_retries(), 0
         while True:
             try:
@@ -433,7 +444,28 @@ class _Attempt:
         """Run the reply's server tool calls; the `held` ones wait for a person or a child."""
         held_ids = {call.id for call in held}
         calls = [c for c in reply.tool_calls if c.name != OUTPUT_TOOL_NAME and c.id not in held_ids]
-        return run_tool_calls(self.tools, calls, self._scope(writer), self.state.custom_state)
+        with self._timed("tools_ms"):
+            return run_tool_calls(self.tools, calls, self._scope(writer), self.state.custom_state)
+
+    @contextmanager
+    def _timed(self, attribute: str) -> Iterator[None]:
+        """Set `attribute` to how many milliseconds the block took."""
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            setattr(self, attribute, round((time.monotonic() - began) * 1000))
+
+    def _timings(self, outcomes: list[ToolOutcome]) -> dict[str, Any]:
+        """Return how the step spent its time, for its checkpoint (the admin's timeline)."""
+        return {
+            "startedAt": self.started_at.isoformat(),
+            "modelMs": self.model_ms,
+            "toolsMs": self.tools_ms,
+            "tools": [
+                {"name": o.call.name, "ms": o.duration_ms, "error": o.is_error} for o in outcomes
+            ],
+        }
 
     def _scope(self, writer: BatchedWriter) -> StepScope:
         return StepScope(
@@ -770,6 +802,7 @@ class _Attempt:
                         step_count=self.step,
                         stream_sequence=writer.last_sequence,
                         run_id=self.run_record.run_id,
+                        timings=self._timings(outcomes),
                     ),
                     expected_version=self.state.version,
                     release_lease_of=None if keep_lease else self.holder,

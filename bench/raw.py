@@ -80,8 +80,8 @@ UPDATE_STATE = (
 )
 INSERT_CHECKPOINT = (
     'INSERT INTO "sessions_app_checkpoint" ("id", "session_id", "run_id", "step_id", '
-    '"step_count", "message_count", "stream_sequence", "state", "created_at") '
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    '"step_count", "message_count", "stream_sequence", "state", "created_at", "timings") '
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 )
 PROMOTE_STAGED = (
     'UPDATE "sessions_app_stagedchange" SET "status" = %s, "checkpoint_id" = %s '
@@ -186,6 +186,7 @@ class RawSessionStore:
                     checkpoint.stream_sequence,
                     Jsonb(_snapshot(state, version, message_count)),
                     now,
+                    _json(checkpoint.timings),
                 ),
             )
             cursor.execute(

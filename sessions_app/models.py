@@ -312,6 +312,9 @@ class Checkpoint(models.Model):
     stream_sequence = models.PositiveIntegerField()
     state = models.JSONField(help_text="Snapshot of the session state at this step.")
     created_at = models.DateTimeField(default=timezone.now)
+    timings = models.JSONField(
+        null=True, blank=True, help_text="How the step spent its time, up to its commit."
+    )
 
     class Meta:
         indexes = [

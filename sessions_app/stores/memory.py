@@ -259,6 +259,7 @@ class InMemorySessionStateStore(SessionStateStore):
                 stream_sequence=checkpoint.stream_sequence,
                 state=_json(rules.checkpoint_snapshot(state, fields, new_version, message_count)),
                 created_at=now,
+                timings=_json(checkpoint.timings),
             )
             self._store_messages(session_id, planned)
             self._write_state(stored, message_count=message_count, **fields)

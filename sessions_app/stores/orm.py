@@ -80,6 +80,7 @@ from sessions_app.stores.types import (
 )
 
 _CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
+_CHECKPOINT_TIMINGS = models.Checkpoint._meta.get_field("timings")
 _OUTCOME = models.ToolCallRecord._meta.get_field("outcome")
 # What an inserted message row holds: its place in the tree, then what it says (`_said`).
 _MESSAGE_INSERT_FIELDS = (
@@ -333,6 +334,7 @@ class ORMSessionStateStore(SessionStateStore):
                 checkpoint.stream_sequence,
                 _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
                 connection.ops.adapt_datetimefield_value(now),
+                _CHECKPOINT_TIMINGS.get_db_prep_save(checkpoint.timings, connection),
             ],
         )
         _upsert_staged(
@@ -1487,4 +1489,5 @@ def _checkpoint(row: models.Checkpoint) -> Checkpoint:
         stream_sequence=row.stream_sequence,
         state=row.state,
         created_at=row.created_at,
+        timings=row.timings,
     )

@@ -29,6 +29,7 @@ CHECKPOINT_COLUMNS = (
     "stream_sequence",
     "state",
     "created_at",
+    "timings",
 )
 # The current run's fields a step claim returns, each as the column `run_<name>`.
 CLAIMED_RUN_FIELDS = (

@@ -297,6 +297,8 @@ class CheckpointMeta:
     step_count: int
     stream_sequence: int
     run_id: str | None = None
+    # How the step spent its time (`startedAt`, `modelMs`, `tools`), for the admin's timeline.
+    timings: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True, slots=True)
@@ -310,6 +312,7 @@ class Checkpoint:
     stream_sequence: int
     state: dict[str, Any]
     created_at: datetime
+    timings: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -2,6 +2,7 @@
 queries, the detail page shows what is recorded under a session, each action does what it says,
 and people without the right are refused."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -11,7 +12,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents_app import services
+from agents_app import executor, services
 from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
@@ -26,6 +27,7 @@ from sessions_app.usage import get_usage_store
 from sessions_app.usage.types import TokenCounts, TokensEntry
 from streams_app.backends import get_stream_manager
 from streams_app.chunks import TextDelta
+from tests.agents_app import agents  # noqa: F401 (registers `steady`)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
 
@@ -179,6 +181,22 @@ def test_the_detail_page_shows_the_tree_runs_children_flag_usage_and_chunk_pages
     assert "d101" in second
     assert "d150" in second
     assert ">d100<" not in second
+
+
+def test_the_detail_page_shows_each_steps_timeline(staff, owner):
+    started = services.agent_start(user=owner, agent_type="steady", message="Go.")
+    outcome = executor.run_steps(started.session_id, started.run_id, 1, time_slice=60)
+    assert outcome.next_step is None  # All three steps, one after another.
+
+    page = staff.get(f"{LIST}{started.session_id}/change/").content.decode()
+    timeline = page.split("Step timelines")[1].split("Checkpoints (latest first)")[0]
+    rows = timeline.split("<tr><td>")[1:]
+
+    assert f"Run {started.run_id}" in timeline
+    assert [row.split("</td>")[0] for row in rows] == ["1", "2", "3"]
+    tools = [re.findall(r"(\w+) \d+ ms", row.split("<td>")[3]) for row in rows]
+    assert tools == [["note", "note"], ["note"], []]
+    assert all(re.search(r'title="model \d+ ms"', row) for row in rows)
 
 
 def test_the_detail_page_refuses_edits(staff, owner):

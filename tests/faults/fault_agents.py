@@ -6,8 +6,10 @@ befalls it, once (a marker file in `HELIX_FAULT_DIR` says it happened):
 - `kill:<phase>@<step>`: the worker process running step <step> kills itself (and every step
   in flight in it) with SIGKILL at <phase>: `before_model`, `streaming` (after two text
   deltas), `tool` (inside a tool, after its side effect), `commit` (inside the step commit's
-  transaction, after three statements) or `after_commit` (the task that committed the step
-  returned, its message not yet acknowledged);
+  transaction, after three statements), `before_enqueue` (the task committed the step and
+  released its run's lease to hand the next step to the broker, and dies before it sends it:
+  nothing but the recovery sweep moves the run on) or `after_commit` (the task that committed
+  the step returned, its message not yet acknowledged);
 - `terminate:<n>@<step>`: PostgreSQL terminates the process's connection just before the
   <n>th statement of step <step>'s commit (`pg_terminate_backend`), as a failover would;
 - `count@<step>`: nothing befalls it; the statements of step <step>'s commit are counted into
@@ -178,6 +180,20 @@ def _terminate_own_connection() -> None:
         other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
 
 
+def _before_enqueue(hand_over):
+    @functools.wraps(hand_over)
+    def wrapper(session_id, holder):
+        hand_over(session_id, holder)
+        state = get_session_store().load_state(session_id)
+        if state is not None and any(
+            _strikes(session_id, "kill:before_enqueue", step)
+            for step in range(1, state.step_count + 1)
+        ):
+            _die()
+
+    return wrapper
+
+
 def _after_commit(sender=None, args=None, kwargs=None, **_):
     if sender is None or sender.name != "agents_app.tasks.run_step_task":
         return
@@ -199,4 +215,5 @@ if "HELIX_FAULT_DIR" in os.environ and not hasattr(executor._Attempt, "faults_in
     executor._Attempt._call_model = _before_model(executor._Attempt._call_model)
     executor._Attempt._chunk = _streaming(executor._Attempt._chunk)
     executor._Attempt._finish_step = _in_commit(executor._Attempt._finish_step)
+    executor.hand_over = _before_enqueue(executor.hand_over)
     task_postrun.connect(_after_commit, weak=False)

@@ -32,7 +32,7 @@ from tests.faults import fault_agents
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("backends")]
 
 # Each kill takes every step in flight in its worker: the bystanders' runs are struck too.
-KILLS, BYSTANDERS, ZOMBIES, TERMINATIONS = 30, 70, 20, 100
+KILLS, BYSTANDERS, ZOMBIES, TERMINATIONS, STRANDED = 30, 70, 20, 100, 10
 SUPERVISED_WORKERS = 3
 PHASES = ("before_model", "streaming", "tool", "commit", "after_commit")
 # Chunk fields that differ between two runs of the same script.
@@ -226,6 +226,29 @@ def test_workers_killed_at_every_phase_of_a_step_lose_and_repeat_nothing(
         f"runs completed, nothing lost or repeated, under {workers.restarts} worker kills each "
         f"taking every step in flight in its worker; a killed run finished {median:.1f} s "
         f"after its kill at the median, {resumed[-1]:.1f} s at most",
+    )
+
+
+def test_a_worker_killed_between_a_steps_commit_and_its_enqueue_strands_no_run(
+    tmp_path, owner, fault_dir, figure
+):
+    # Each step hands the next to the broker (no time slice), so every run has such a moment.
+    options = faulty_options(fault_dir, STEP_TIME_SLICE_SECONDS="0")
+    with Supervisor(tmp_path, SUPERVISED_WORKERS, **options) as workers:
+        expected = transcript(clean_run(owner))
+        sessions = [start(owner, "kill:before_enqueue@1") for _ in range(STRANDED)]
+        wait_until_finished(sessions, timeout=120)
+        recovered = workers.read_logs().count("enqueued again")
+
+    struck = list(fault_dir.glob("struck-*"))
+    assert struck, "no worker died between a commit and an enqueue"
+    assert recovered > 0, "no run was recovered by the sweep"
+    done = effects(fault_dir)
+    report(
+        figure,
+        {s: problems_of(s, expected, done, cut_off_allowed=True) for s in sessions},
+        f"runs completed after {len(struck)} workers died between step 1's commit and the "
+        f"enqueue of step 2; {recovered} recovered by the sweep",
     )
 
 

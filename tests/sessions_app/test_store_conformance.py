@@ -1850,6 +1850,23 @@ def test_checkpoints_are_listed_newest_first_and_found_by_id(store, session_id):
     assert store.get_checkpoint(session_id, first.checkpoint_id) == listed[1]
 
 
+def test_a_checkpoint_keeps_the_timings_its_step_gave_it(store, session_id):
+    timings = {"startedAt": "2026-11-25T10:00:00+00:00", "modelMs": 812, "tools": [{"ms": 3}]}
+    state = store.load_state(session_id)
+    state.step_count = 1
+    timed = store.save_state_and_promote_staging(
+        session_id,
+        state,
+        [],
+        CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0, timings=timings),
+        expected_version=state.version,
+    )
+    untimed = commit_step(store, session_id, step=2)
+
+    assert store.get_checkpoint(session_id, timed.checkpoint_id).timings == timings
+    assert store.get_checkpoint(session_id, untimed.checkpoint_id).timings is None
+
+
 def test_checkpoint_reads_of_missing_things(store, session_id):
     other = store.create_session(agent_type="assistant").session_id
     result = commit_step(store, other, step=1)
