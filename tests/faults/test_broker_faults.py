@@ -142,9 +142,9 @@ def test_a_redis_broker_that_loses_its_queues_mid_run_loses_no_run(tmp_path, own
 def test_rabbitmq_restarted_mid_run_loses_no_run(tmp_path, owner, figure):
     require("rabbitmq")
     options = broker_options(RABBITMQ_URL)
-    with sending_to(RABBITMQ_URL), Supervisor(tmp_path, 2, **options) as workers:
-        queue = workers.workers[0].queue
-        try:
+    workers = Supervisor(tmp_path, 2, **options)
+    try:
+        with sending_to(RABBITMQ_URL), workers:
             expected = clean_run(owner)
             session_ids = start_runs(owner, RUNS)
             wait_for_progress(session_ids, RUNS // 2)
@@ -154,9 +154,9 @@ def test_rabbitmq_restarted_mid_run_loses_no_run(tmp_path, owner, figure):
             wait_until_finished(session_ids, timeout=120)
             took = time.monotonic() - restarted_at
             reconnected = workers.read_logs().count("Connection to broker lost")
-        finally:
-            with kombu.Connection(RABBITMQ_URL) as connection:
-                connection.default_channel.queue_delete(queue)
+    finally:  # Once every worker has stopped: a worker started meanwhile would find no queue.
+        with kombu.Connection(RABBITMQ_URL) as connection:
+            connection.default_channel.queue_delete(workers.workers[0].queue)
     assert reconnected >= len(workers.workers), "the restart did not reach every worker"
     report(
         figure,

@@ -88,15 +88,13 @@ def workers(request, tmp_path, fault_dir):
         return
     require("rabbitmq")
     options["CELERY_BROKER_URL"] = RABBITMQ_URL
-    with (
-        sending_to(RABBITMQ_URL),
-        Supervisor(tmp_path, SUPERVISED_WORKERS, **options) as supervised,
-    ):
-        try:
-            yield supervised
-        finally:
-            with kombu.Connection(RABBITMQ_URL) as connection:
-                connection.default_channel.queue_delete(supervised.workers[0].queue)
+    supervisor = Supervisor(tmp_path, SUPERVISED_WORKERS, **options)
+    try:
+        with sending_to(RABBITMQ_URL), supervisor:
+            yield supervisor
+    finally:  # Once every worker has stopped: a worker started meanwhile would find no queue.
+        with kombu.Connection(RABBITMQ_URL) as connection:
+            connection.default_channel.queue_delete(supervisor.workers[0].queue)
 
 
 def start(owner, fault: str, agent_type: str = fault_agents.AGENT.name) -> str:
