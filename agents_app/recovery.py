@@ -20,7 +20,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from agents_app import conf, executor
+from agents_app import conf
 from agents_app.observability.metrics import RECOVERIES
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import StalledRun
@@ -38,17 +38,21 @@ class RecoveryReport:
     failed: list[StalledRun] = field(default_factory=list)
 
 
-def recover_stalled_runs(enqueue: Callable[[str, str, int], Any]) -> RecoveryReport:
+def recover_stalled_runs(
+    enqueue: Callable[[str, str, int], Any], fail: Callable[..., bool]
+) -> RecoveryReport:
     """Enqueue the next step of every stalled run again, or fail those stalled too often.
 
-    `enqueue(session_id, run_id, step)` sends a step task (the step task's `delay`).
+    `enqueue(session_id, run_id, step)` sends a step task (the step task's `delay`);
+    `fail(session_id, run_id, step, message, failure_reason=...)` fails a run (the executor's
+    `fail_run`). Both come from the caller, which keeps this module out of the runtime's loop.
     """
     store, report = get_session_store(), RecoveryReport()
     idle_since = timezone.now() - timedelta(seconds=conf.stalled_run_seconds())
     while batch := store.mark_stalled_runs(idle_since, limit=BATCH_SIZE):
         for run in batch:
             if run.recoveries > conf.run_max_recoveries():
-                _give_up(run)
+                _give_up(run, fail)
                 report.failed.append(run)
                 RECOVERIES.labels("failed").inc()
                 continue
@@ -69,10 +73,10 @@ def recover_stalled_runs(enqueue: Callable[[str, str, int], Any]) -> RecoveryRep
     return report
 
 
-def _give_up(run: StalledRun) -> None:
+def _give_up(run: StalledRun, fail: Callable[..., bool]) -> None:
     message = (
         f"The run stalled at step {run.step}: recovered {run.recoveries - 1} times, "
         "it never moved on."
     )
-    if executor.fail_run(run.session_id, run.run_id, run.step, message, failure_reason="stalled"):
+    if fail(run.session_id, run.run_id, run.step, message, failure_reason="stalled"):
         logger.error("Run %s of session %s failed: %s", run.run_id, run.session_id, message)

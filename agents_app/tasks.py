@@ -72,7 +72,7 @@ def cleanup_expired_sessions_task() -> None:
 @shared_task
 def recover_stalled_runs_task() -> None:
     """Enqueue again the next step of every run nothing has moved for a while (beat's job)."""
-    report = recovery.recover_stalled_runs(enqueue=run_step_task.delay)
+    report = recovery.recover_stalled_runs(enqueue=run_step_task.delay, fail=executor.fail_run)
     if report.recovered or report.failed:
         logger.warning(
             "Recovered %s stalled runs; failed %s stalled too often",

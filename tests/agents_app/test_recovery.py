@@ -29,7 +29,7 @@ def _stalled_at_once(settings):
 def sweep() -> list[tuple[str, str, int]]:
     """Run the sweep; return the step tasks it sent."""
     sent: list[tuple[str, str, int]] = []
-    recovery.recover_stalled_runs(enqueue=lambda *task: sent.append(task))
+    recovery.recover_stalled_runs(enqueue=lambda *task: sent.append(task), fail=executor.fail_run)
     return sent
 
 
