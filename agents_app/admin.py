@@ -3,8 +3,8 @@
 It lives in `agents_app`, not `sessions_app`, because its actions call run control and delete
 streams, which sit above the durable record (DESIGN: agents_app -> streams_app -> sessions_app).
 The list stays fast on a large table: no per-row queries, large JSON fields deferred, and no
-full count. The detail page is read-only; actions call the services in `agents_app.operations`
-and `agents_app.reaping`.
+full count. The detail page is read-only; actions call the services in
+`agents_app.operations.services` and `agents_app.operations.reaping`.
 """
 
 from datetime import datetime, timedelta
@@ -21,9 +21,9 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 
 import agents_app.mcp.admin  # noqa: F401  (the admin of the MCP servers sessions add)
-from agents_app.operations import sessions_delete, sessions_interrupt, sessions_mark_failed
-from agents_app.reaping import reap_expired_sessions
-from agents_app.registry import get_registry
+from agents_app.definitions.registry import get_registry
+from agents_app.operations.reaping import reap_expired_sessions
+from agents_app.operations.services import sessions_delete, sessions_interrupt, sessions_mark_failed
 from sessions_app.models import AgentSession, Checkpoint, Message, Run, SubSessionRef
 from sessions_app.stores import get_session_store
 from sessions_app.usage import get_usage_store

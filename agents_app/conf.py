@@ -1,4 +1,10 @@
-"""The runtime's knobs in the ``HELIX`` setting, read when used (never at import)."""
+"""The runtime's knobs in the ``HELIX`` setting, read when used (never at import).
+
+Each has a default for a site that leaves it out; README "Add Helix to your Django project"
+lists them.
+"""
+
+from django.conf import settings
 
 from sessions_app.conf import helix_setting
 
@@ -68,3 +74,38 @@ def interrupt_observation_seconds() -> float:
 def max_agent_state_bytes() -> int:
     """Return the largest agent state a write may store, as compact JSON in UTF-8."""
     return int(helix_setting("MAX_AGENT_STATE_BYTES", 1024 * 1024))
+
+
+def worker_metrics_address() -> tuple[str, int] | None:
+    """Return the address a Celery worker serves its metrics on, or None to serve none.
+
+    ``HELIX["WORKER_METRICS_PORT"]`` (unset: none) on ``HELIX["WORKER_METRICS_HOST"]``
+    (``0.0.0.0``).
+    """
+    port = helix_setting("WORKER_METRICS_PORT")
+    if not port:
+        return None
+    return str(helix_setting("WORKER_METRICS_HOST", "0.0.0.0")), int(port)
+
+
+def celery_app() -> str:
+    """Return the Celery app of the site's workers, as `celery -A` takes it.
+
+    ``HELIX["CELERY_APP"]``; by default the settings module's package (`mysite` for
+    `mysite.settings`), where Celery's guide to Django puts `celery.py`.
+    """
+    return helix_setting("CELERY_APP") or _settings_package()
+
+
+def asgi_application() -> str:
+    """Return the site's ASGI application as Daphne takes it (`mysite.asgi:application`).
+
+    Django's ``ASGI_APPLICATION``, else `application` in the settings package's `asgi` module.
+    """
+    path = getattr(settings, "ASGI_APPLICATION", None) or f"{_settings_package()}.asgi.application"
+    module, _, name = path.rpartition(".")
+    return f"{module}:{name}"
+
+
+def _settings_package() -> str:
+    return (settings.SETTINGS_MODULE or "").rpartition(".")[0]

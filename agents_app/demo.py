@@ -8,10 +8,10 @@ import json
 
 from pydantic import BaseModel, Field
 
-from agents_app.definitions import Agent, Tool
+from agents_app.definitions.agent import Agent, Tool
+from agents_app.definitions.registry import get_registry
 from agents_app.llm.base import AdapterContext, LLMRequest
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script
-from agents_app.registry import get_registry
 from sessions_app.stores.types import MessageRole
 
 # A tiny offline corpus the search tool looks through.

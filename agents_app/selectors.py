@@ -7,8 +7,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils import timezone
 
-from agents_app import control
-from agents_app.ui import ui_messages
+from agents_app.chat.ui_messages import ui_messages
+from agents_app.runs import control
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionState

@@ -1,18 +1,31 @@
-"""Celery tasks: thin wrappers that call the executor with ids (STYLE 6)."""
+"""Celery tasks: thin wrappers that call the executor with ids (STYLE 6).
+
+With them, the worker signal handlers Helix needs, connected when the site's Celery app finds
+this module (`app.autodiscover_tasks()`): a sweep when a worker starts, its metrics server, and
+closing broken database connections before each task.
+"""
 
 import logging
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import task_prerun, worker_init, worker_process_init, worker_ready
+from django.db import close_old_connections
 
-from agents_app import conf, executor, reaping, recovery, subagents
+from agents_app import conf
+from agents_app.observability import server, tracing
+from agents_app.operations import reaping
+from agents_app.runs import dispatch
+from agents_app.runtime import executor, recovery
+from agents_app.subagents import children
 from sessions_app.errors import VersionConflict
 from streams_app.services import purge_expired_streams
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None)
+@shared_task(
+    name=dispatch.RUN_STEP, acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None
+)
 def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0) -> None:
     """Run the run's steps from `step` on for a time slice; hand the next one to the broker.
 
@@ -43,19 +56,25 @@ def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0
         raise self.retry(countdown=outcome.retry_after)
 
 
-@shared_task(acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None)
+@shared_task(
+    name=dispatch.CHILD_FINISHED,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    bind=True,
+    max_retries=None,
+)
 def child_finished_task(self, parent_session_id: str, child_session_id: str) -> None:
     """Bring a finished child session to its parent; try again if another child's finish raced."""
     try:
-        subagents.child_finished(parent_session_id, child_session_id)
+        children.child_finished(parent_session_id, child_session_id)
     except VersionConflict as conflict:
         raise self.retry(countdown=0.05) from conflict
 
 
-@shared_task(acks_late=True)
+@shared_task(name=dispatch.CHILD_TIMEOUT, acks_late=True)
 def child_timeout_task(parent_session_id: str, child_session_id: str, timeout: float) -> None:
     """Abort a child session still running past its tool's timeout."""
-    subagents.child_timed_out(parent_session_id, child_session_id, timeout)
+    children.child_timed_out(parent_session_id, child_session_id, timeout)
 
 
 @shared_task
@@ -85,3 +104,27 @@ def recover_stalled_runs_task() -> None:
 def _recover_on_start(sender, **kwargs) -> None:
     """A starting worker sweeps once: what died with its predecessor is found at once."""
     recover_stalled_runs_task.delay()
+
+
+@worker_init.connect
+def _serve_metrics(**kwargs) -> None:
+    """Serve this worker's metrics, if ``HELIX["WORKER_METRICS_PORT"]`` is set (the threads
+    pool's steps run in this process)."""
+    if address := conf.worker_metrics_address():
+        server.serve_metrics(*address)
+
+
+@worker_process_init.connect
+def _trace_pool_process(**kwargs) -> None:
+    """Trace in each process of a forking pool too: the SDK's exporter thread is not forked."""
+    tracing.configure()
+
+
+@task_prerun.connect
+def _drop_broken_connections(**kwargs) -> None:
+    """Before each task, close database connections that failed or outlived CONN_MAX_AGE.
+
+    Celery closes every connection around each task unless ``CELERY_DB_REUSE_MAX`` is set;
+    workers that set it (with ``CONN_MAX_AGE``) keep theirs, and this drops the unusable ones.
+    """
+    close_old_connections()

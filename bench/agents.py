@@ -13,7 +13,9 @@ import os
 
 from pydantic import BaseModel
 
-from agents_app.definitions import Agent, Tool
+from agents_app.definitions.agent import Agent, Tool
+from agents_app.definitions.registry import get_registry
+from agents_app.definitions.state_sync import StateSync
 from agents_app.llm.scripted import (
     WORDS_PER_DELTA,
     ScriptedToolCall,
@@ -21,8 +23,6 @@ from agents_app.llm.scripted import (
     register_script,
     turn_step,
 )
-from agents_app.registry import get_registry
-from agents_app.state_sync import StateSync
 
 AGENT_TYPE = "bench-stepper"
 STATE_AGENT_TYPE = "bench-state"

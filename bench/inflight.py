@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import psycopg
 from django.db import connection, connections
 
-from agents_app.services import agent_session_create, agent_start
+from agents_app.runs.services import agent_session_create, agent_start
 from bench import agents
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.live import Server, connect_websocket, daphne

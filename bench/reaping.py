@@ -18,7 +18,7 @@ import psycopg
 from django.db import connection
 from django.utils import timezone
 
-from agents_app.reaping import DEFAULT_BATCH_SIZE, ReapReport, reap_expired_sessions
+from agents_app.operations.reaping import DEFAULT_BATCH_SIZE, ReapReport, reap_expired_sessions
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.raw import connect
 from sessions_app import models

@@ -25,7 +25,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import connection, connections
 from django.test import Client
 
-from agents_app.services import agent_session_create, agent_start
+from agents_app.runs.services import agent_session_create, agent_start
 from bench import agents
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.live import Server, connect_websocket, daphne

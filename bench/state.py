@@ -32,7 +32,7 @@ from django.test import Client
 from psycopg.types.json import Jsonb
 from redis import asyncio as aioredis
 
-from agents_app.agent_state import agent_state_get, set_agent_state
+from agents_app.live_state.agent_state import agent_state_get, set_agent_state
 from agents_app.routing import state_socket_path
 from bench.agents import STATE_AGENT_TYPE, board
 from bench.harness import Options, Row, Table, percentile_ms

@@ -16,14 +16,14 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from agents_app.services import agent_start
+from agents_app.runs.services import agent_start
 from bench import agents
 from bench.floor import FloorTables, floor_step
 from bench.harness import Options, Row, Table
@@ -39,6 +39,7 @@ LEGEND = (
     "psycopg (bench.floor); the raw commit is one raw psycopg step commit (the same SQL as "
     "ours) on one connection."
 )
+TITLE = "Agent steps on Celery workers vs raw baselines"
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PROCESSES = 2
 CONCURRENT_SESSIONS = (1, 50)
@@ -51,7 +52,7 @@ ROUNDS = 3
 
 def run(options: Options) -> Iterator[Table]:
     """Yield the table of steps per second at each concurrency and the per-step overhead."""
-    owner, _ = get_user_model().objects.get_or_create(username="bench-steps")
+    owner = bench_owner()
     rounds = 1 if options.quick else ROUNDS
     with (
         connect(connection.settings_dict, like_django=False) as raw,
@@ -77,7 +78,7 @@ def run(options: Options) -> Iterator[Table]:
     at_one = median[1]
     rows = [
         Row(
-            metric=f"steps/s, {sessions}",
+            metric=_rate_metric(sessions),
             orm=median[sessions],
             lenient_raw=1000 / raw_commit_ms,
             strict_raw=floor_median[sessions],
@@ -102,11 +103,30 @@ def run(options: Options) -> Iterator[Table]:
     if worker_log:
         notes.append("Worker log tail:\n" + worker_log)
     yield Table(
-        title="Agent steps on Celery workers vs raw baselines",
+        title=TITLE,
         rows=rows,
         notes=notes,
         columns=("Helix", "raw commit", "raw floor"),
     )
+
+
+def bench_owner():
+    """Return the user the benchmark's runs belong to."""
+    return get_user_model().objects.get_or_create(username="bench-steps")[0]
+
+
+def measured_rates(tables: Iterable[Table]) -> dict[int, float] | None:
+    """Return our steps per second at each concurrency from this run's steps table, if any."""
+    for table in tables:
+        if table.title == TITLE:
+            rates = {row.metric: row.orm for row in table.rows}
+            return {sessions: rates[_rate_metric(sessions)] for sessions in CONCURRENT_SESSIONS}
+    return None
+
+
+def _rate_metric(sessions: int) -> str:
+    """Return the name of the row of steps per second at `sessions` concurrent sessions."""
+    return f"steps/s, {sessions}"
 
 
 def steps_per_second(owner, sessions: int) -> float:

@@ -10,7 +10,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from helix_project import broker
+from agents_app import broker
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -28,8 +28,10 @@ if not SECRET_KEY:
 
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
-# Where a page that needs a signed-in user (the chat page) sends a visitor who is not.
-LOGIN_URL = env.str("LOGIN_URL", default="admin:login")
+# Where a page that needs a signed-in user (the chat page) sends a visitor who is not: Helix's
+# own sign-in page, which, unlike the admin's, lets in users who are not staff.
+LOGIN_URL = env.str("LOGIN_URL", default="helix-login")
+LOGIN_REDIRECT_URL = "helix-landing"
 
 INSTALLED_APPS = [
     "daphne",
@@ -193,7 +195,7 @@ else:
     raise ImproperlyConfigured("REDIS_CHANNEL_LAYER must be 'pubsub' or 'core'.")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
-# Redis brokers and RabbitMQ get different settings (helix_project/broker.py).
+# Redis brokers and RabbitMQ get different settings (agents_app/broker.py).
 globals().update(
     {
         f"CELERY_{name.upper()}": value
@@ -219,6 +221,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("HELIX_RECOVERY_INTERVAL_SECONDS", default=30.0),
     },
 }
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # A step waits on its model nearly all its life: a worker runs many at once, each in a thread,
 # rather than one per process. A thread is a few hundred kilobytes; its database connection
@@ -226,7 +229,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_POOL = env.str("HELIX_WORKER_POOL", default="threads")
 CELERY_WORKER_CONCURRENCY = env.int("HELIX_WORKER_CONCURRENCY", default=100)
 # Celery closes database connections around every task unless this is set. Workers that keep
-# theirs set it with CONN_MAX_AGE; `helix_project.celery` still drops broken ones per task.
+# theirs set it with CONN_MAX_AGE; `agents_app.tasks` still drops broken ones per task.
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=0) or None
 
 # Throttle counts live here: give every Daphne process the same cache in production
@@ -291,6 +294,9 @@ HELIX = {
     "MAX_AGENT_STATE_BYTES": env.int("HELIX_MAX_AGENT_STATE_BYTES", default=1024 * 1024),
     # The bearer token that reads `/metrics` (and a worker's metrics port); staff need none.
     "METRICS_TOKEN": env.str("HELIX_METRICS_TOKEN", default=""),
+    # Where a Celery worker serves its metrics; no port, no metrics server.
+    "WORKER_METRICS_PORT": env.int("HELIX_WORKER_METRICS_PORT", default=None),
+    "WORKER_METRICS_HOST": env.str("HELIX_WORKER_METRICS_HOST", default="0.0.0.0"),
     # How long each check of `/readyz` may take before it counts as failed.
     "READINESS_TIMEOUT_SECONDS": env.float("HELIX_READINESS_TIMEOUT_SECONDS", default=2),
     # Who may frame the chat page: CSP `frame-ancestors` sources, space-separated.

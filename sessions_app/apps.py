@@ -3,6 +3,7 @@ from typing import Any
 from django.apps import AppConfig
 from django.db.backends.signals import connection_created
 from django.urls import register_converter
+from django.urls.converters import get_converters
 
 
 class SessionsAppConfig(AppConfig):
@@ -10,9 +11,12 @@ class SessionsAppConfig(AppConfig):
     verbose_name = "Agent sessions"
 
     def ready(self) -> None:
+        """Register the `session_id` path converter and the SQLite functions, once however often
+        Django calls this (tests that change INSTALLED_APPS call it again)."""
         from sessions_app.converters import SessionIdConverter
 
-        register_converter(SessionIdConverter, "session_id")
+        if "session_id" not in get_converters():
+            register_converter(SessionIdConverter, "session_id")
         connection_created.connect(_register_sqlite_functions)
 
 

@@ -17,10 +17,11 @@ from sessions_app.parsers import json_loads
 def api_request_guard(get_response: Callable) -> Callable:
     """Refuse, in the error shape, an API request no view should see.
 
-    413 for a body over ``HELIX["MAX_REQUEST_BYTES"]`` (its `Content-Length`, or what arrived
-    when there is none: a chunked request); 400 for a NUL character anywhere in the query or in
-    a JSON body's keys and strings, which PostgreSQL cannot store, so that no input is half
-    accepted on one database and a server error on another.
+    413 for a body over ``HELIX["MAX_REQUEST_BYTES"]`` (16 MiB unless set; 0 or None for no
+    limit), by its `Content-Length`, or what arrived when there is none (a chunked request);
+    400 for a NUL character anywhere in the query or in a JSON body's keys and strings, which
+    PostgreSQL cannot store, so that no input is half accepted on one database and a server
+    error on another.
     """
 
     if iscoroutinefunction(get_response):
@@ -43,7 +44,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
 
 
 def _too_large(request: HttpRequest) -> HttpResponse | None:
-    limit = helix_setting("MAX_REQUEST_BYTES")
+    limit = helix_setting("MAX_REQUEST_BYTES", 16 * 1024 * 1024)
     if not limit:
         return None
     length = request.META.get("CONTENT_LENGTH")

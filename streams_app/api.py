@@ -4,9 +4,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from sessions_app.http import query_input
+from sessions_app.rest import HelixAPIView
 from sessions_app.selectors import session_for_user
 from sessions_app.stores.rules import MAX_POSITION
 from streams_app.backends import get_stream_manager
@@ -24,7 +24,7 @@ class HistoryOutput(serializers.Serializer):
     latestSequence = serializers.IntegerField()
 
 
-class HistoryView(APIView):
+class HistoryView(HelixAPIView):
     """`GET /api/sessions/{id}/history?fromSequence=&limit=`: stored chunks after a sequence."""
 
     class Input(serializers.Serializer):

@@ -26,8 +26,8 @@ from sessions_app.errors import InvalidFrame, InvalidJSON, SessionNotFound, Unkn
 from sessions_app.parsers import error_frame, frame_loads
 from sessions_app.selectors import asession_for_user
 from streams_app.backends import get_stream_manager
-from streams_app.backends.base import FailEvent, StreamEvent
 from streams_app.backends.reader import StreamReader
+from streams_app.backends.types import FailEvent, StreamEvent
 from streams_app.errors import InvalidResumePoint
 from streams_app.metrics import CLIENTS
 from streams_app.resume import resume_point

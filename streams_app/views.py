@@ -18,8 +18,8 @@ from sessions_app.errors import HelixError
 from sessions_app.http import error_body, error_response, require_methods
 from sessions_app.selectors import asession_for_user
 from streams_app.backends import get_stream_manager
-from streams_app.backends.base import ChunkEvent, FailEvent, ResyncEvent, StreamEvent
 from streams_app.backends.reader import StreamReader
+from streams_app.backends.types import ChunkEvent, FailEvent, ResyncEvent, StreamEvent
 from streams_app.metrics import CLIENTS
 from streams_app.resume import resume_point
 

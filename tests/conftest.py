@@ -31,6 +31,7 @@ LONG_FIRST = (
     "tests/agents_app/test_api_fuzz.py",
     "tests/bench/",
     "tests/browser/",
+    "tests/package/",
     "tests/streams_app/test_live.py",
 )
 # One xdist worker runs these directories' tests one after another: each fault scenario loads the

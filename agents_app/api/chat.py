@@ -10,22 +10,22 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agents_app.api.fields import StrictCharField
 from agents_app.api.runs import ReasonInput
-from agents_app.api.throttles import RunStartThrottle
-from agents_app.chat import (
+from agents_app.chat.service import (
     ChatRun,
     chat_following,
     chat_interrupt,
     chat_regenerate,
     chat_send,
 )
-from agents_app.ui_stream import HEADERS, failed_stream, ui_message_stream
+from agents_app.chat.ui_stream import HEADERS, failed_stream, ui_message_stream
+from agents_app.runs.throttles import RunStartThrottle
 from sessions_app.conf import helix_setting
 from sessions_app.converters import SessionIdConverter
 from sessions_app.http import error_body
+from sessions_app.rest import HelixAPIView
 from streams_app.backends import get_stream_manager
 
 # One event of a UI message stream: a UI message chunk as JSON, or `[DONE]` at the end.
@@ -54,7 +54,7 @@ def ui_message_response(run: ChatRun) -> StreamingHttpResponse:
     return StreamingHttpResponse(events, content_type="text/event-stream", headers=HEADERS)
 
 
-class ChatView(APIView):
+class ChatView(HelixAPIView):
     """`POST`: send the chat's new message, or resume it, or attach to its executing run."""
 
     throttle_classes = [RunStartThrottle]
@@ -93,7 +93,7 @@ class ChatView(APIView):
         return ui_message_response(run)
 
 
-class ChatStreamView(APIView):
+class ChatStreamView(HelixAPIView):
     """`GET`: re-attach to the chat's executing run, from its first chunk; 204 if none."""
 
     @extend_schema(responses={**UI_MESSAGE_STREAM, 204: None})
@@ -104,7 +104,7 @@ class ChatStreamView(APIView):
         return ui_message_response(run)
 
 
-class ChatInterruptView(APIView):
+class ChatInterruptView(HelixAPIView):
     """`POST {reason}`: raise the durable interrupt flag; 202 once the run has stopped.
 
     504 when the run has not stopped within `HELIX["INTERRUPT_OBSERVATION_SECONDS"]`; the

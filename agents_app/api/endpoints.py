@@ -27,11 +27,11 @@ from django.urls import URLPattern, path
 from django.utils.module_loading import import_string
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
-from agents_app.execution import SessionExecution
-from agents_app.hooks import ExecutionState, call_hook
+from agents_app.definitions.hooks import ExecutionState, call_hook
+from agents_app.runs.execution import SessionExecution
 from sessions_app.conf import helix_setting
+from sessions_app.rest import HelixAPIView
 from sessions_app.selectors import session_for_user
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class EndpointContext:
     path_params: Mapping[str, Any] = field(default_factory=dict)
 
 
-class CustomEndpointView(APIView):
+class CustomEndpointView(HelixAPIView):
     """Serve every method of one route with its handler; the handler answers what it allows."""
 
     handler: Callable[..., Any] | None = None

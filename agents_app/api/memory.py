@@ -11,9 +11,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from agents_app import memory_services
 from agents_app.api.fields import StrictCharField
 from agents_app.api.memory_wire import (
     LABEL_PATTERN,
@@ -29,8 +27,10 @@ from agents_app.api.memory_wire import (
     messages_from_wire,
 )
 from agents_app.api.sessions import SessionOutput
+from agents_app.memory import services
 from sessions_app.http import query_input
 from sessions_app.openapi import ErrorSerializer
+from sessions_app.rest import HelixAPIView
 from sessions_app.stores.rules import MAX_IDENTIFIER_LENGTH, MAX_PAGE_SIZE
 
 LABEL = OpenApiParameter(
@@ -64,7 +64,7 @@ class DeletedOutput(serializers.Serializer):
     deleted = serializers.IntegerField()
 
 
-class ConversationView(APIView):
+class ConversationView(HelixAPIView):
     """`GET ?leafId`: a branch, compactions applied; `POST`: append messages."""
 
     class HistoryInput(serializers.Serializer):
@@ -97,7 +97,7 @@ class ConversationView(APIView):
     def get(self, request: Request, session_id: str) -> Response:
         query = self.HistoryInput(data=query_input(request.query_params))
         query.is_valid(raise_exception=True)
-        history = memory_services.memory_history(
+        history = services.memory_history(
             user=request.user, session_id=session_id, leaf_id=query.validated_data.get("leafId")
         )
         return Response(ConversationOutput(history).data)
@@ -111,13 +111,13 @@ class ConversationView(APIView):
         body = self.AppendInput(data=request.data)
         body.is_valid(raise_exception=True)
         messages = messages_from_wire(body.validated_data)
-        outcome = memory_services.memory_append(
+        outcome = services.memory_append(
             user=request.user, session_id=session_id, messages=messages
         )
         return Response(AppendOutput(outcome).data, status=status.HTTP_201_CREATED)
 
 
-class MessageView(APIView):
+class MessageView(HelixAPIView):
     """`GET`, `PUT` (update, or append when the session has no such message) or `DELETE`
     one message."""
 
@@ -137,7 +137,7 @@ class MessageView(APIView):
 
     @extend_schema(operation_id="sessions_conversation_message", responses=MessageOutput)
     def get(self, request: Request, session_id: str, message_id: str) -> Response:
-        message = memory_services.memory_message(
+        message = services.memory_message(
             user=request.user, session_id=session_id, message_id=message_id
         )
         return Response(MessageOutput(message).data)
@@ -153,7 +153,7 @@ class MessageView(APIView):
         body = self.MessagePutInput(data=request.data, context={"message_id": message_id})
         body.is_valid(raise_exception=True)
         message = message_from_wire({**body.validated_data, "id": message_id})
-        stored, created = memory_services.memory_upsert(
+        stored, created = services.memory_upsert(
             user=request.user, session_id=session_id, message=message
         )
         answer = status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -161,24 +161,24 @@ class MessageView(APIView):
 
     @extend_schema(operation_id="sessions_conversation_message_delete", responses={204: None})
     def delete(self, request: Request, session_id: str, message_id: str) -> Response:
-        memory_services.memory_message_delete(
+        services.memory_message_delete(
             user=request.user, session_id=session_id, message_id=message_id
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class BranchesView(APIView):
+class BranchesView(HelixAPIView):
     """`GET`: the messages answering one message, one per branch, oldest first."""
 
     @extend_schema(operation_id="sessions_conversation_branches", responses=MessageListOutput)
     def get(self, request: Request, session_id: str, message_id: str) -> Response:
-        messages = memory_services.memory_branches(
+        messages = services.memory_branches(
             user=request.user, session_id=session_id, message_id=message_id
         )
         return Response(MessageListOutput({"messages": messages}).data)
 
 
-class ConversationDeleteView(APIView):
+class ConversationDeleteView(HelixAPIView):
     """`POST {messageIds}`: delete those messages; their answers become roots."""
 
     class MessageIdsInput(ClosedObject):
@@ -199,7 +199,7 @@ class ConversationDeleteView(APIView):
     def post(self, request: Request, session_id: str) -> Response:
         body = self.MessageIdsInput(data=request.data)
         body.is_valid(raise_exception=True)
-        deleted = memory_services.memory_delete(
+        deleted = services.memory_delete(
             user=request.user,
             session_id=session_id,
             message_ids=body.validated_data["messageIds"],
@@ -207,14 +207,14 @@ class ConversationDeleteView(APIView):
         return Response(DeletedOutput({"deleted": deleted}).data)
 
 
-class ConversationClearView(APIView):
+class ConversationClearView(HelixAPIView):
     """`POST`: delete every message and compaction, forget loaded skills, refresh the prompt."""
 
     @extend_schema(
         operation_id="sessions_conversation_clear", request=None, responses=DeletedOutput
     )
     def post(self, request: Request, session_id: str) -> Response:
-        deleted = memory_services.memory_clear(user=request.user, session_id=session_id)
+        deleted = services.memory_clear(user=request.user, session_id=session_id)
         return Response(DeletedOutput({"deleted": deleted}).data)
 
 
@@ -222,7 +222,7 @@ class CompactionListOutput(serializers.Serializer):
     compactions = CompactionOutput(many=True)
 
 
-class CompactionsView(APIView):
+class CompactionsView(HelixAPIView):
     """`GET`: the compaction overlays in the order they were added; `POST`: add one."""
 
     class CompactionInput(ClosedObject):
@@ -234,7 +234,7 @@ class CompactionsView(APIView):
 
     @extend_schema(responses=CompactionListOutput)
     def get(self, request: Request, session_id: str) -> Response:
-        compactions = memory_services.memory_compactions(user=request.user, session_id=session_id)
+        compactions = services.memory_compactions(user=request.user, session_id=session_id)
         return Response(CompactionListOutput({"compactions": compactions}).data)
 
     @extend_schema(request=CompactionInput, responses={201: CompactionOutput})
@@ -242,7 +242,7 @@ class CompactionsView(APIView):
         body = self.CompactionInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        compaction = memory_services.memory_compaction_add(
+        compaction = services.memory_compaction_add(
             user=request.user,
             session_id=session_id,
             summary=data["summary"],
@@ -256,7 +256,7 @@ class CompactOutput(serializers.Serializer):
     compaction = CompactionOutput(allow_null=True, help_text="Null: the branch is too short.")
 
 
-class CompactView(APIView):
+class CompactView(HelixAPIView):
     """`POST {leafId?}`: compact the branch now with the agent's compactor (409 if none)."""
 
     class CompactInput(ClosedObject):
@@ -272,7 +272,7 @@ class CompactView(APIView):
     def post(self, request: Request, session_id: str) -> Response:
         body = self.CompactInput(data=request.data)
         body.is_valid(raise_exception=True)
-        compaction = memory_services.memory_compact(
+        compaction = services.memory_compact(
             user=request.user, session_id=session_id, leaf_id=body.validated_data.get("leafId")
         )
         return Response(CompactOutput({"compaction": compaction}).data)
@@ -288,7 +288,7 @@ class BlockContentInput(ClosedObject):
     content = StrictCharField(allow_blank=True)
 
 
-class ContextView(APIView):
+class ContextView(HelixAPIView):
     """`GET`: the context blocks, configured ones first; `POST`: add a block at run time.
 
     An added block is stored in the database and joins the system prompt when it is refreshed.
@@ -305,7 +305,7 @@ class ContextView(APIView):
 
     @extend_schema(operation_id="sessions_context_list", responses=ContextBlockListOutput)
     def get(self, request: Request, session_id: str) -> Response:
-        blocks = memory_services.context_blocks(user=request.user, session_id=session_id)
+        blocks = services.context_blocks(user=request.user, session_id=session_id)
         return Response(ContextBlockListOutput({"blocks": [b.to_wire() for b in blocks]}).data)
 
     @extend_schema(
@@ -315,7 +315,7 @@ class ContextView(APIView):
         body = self.BlockInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        block = memory_services.context_block_add(
+        block = services.context_block_add(
             user=request.user,
             session_id=session_id,
             label=data["label"],
@@ -325,7 +325,7 @@ class ContextView(APIView):
         return Response(ContextBlockOutput(block.to_wire()).data, status=status.HTTP_201_CREATED)
 
 
-class ContextBlockView(APIView):
+class ContextBlockView(HelixAPIView):
     """`GET` one block, `PUT {content}` to replace a writable block's content, or `DELETE` a
     block added at run time (a configured one answers 409)."""
 
@@ -333,7 +333,7 @@ class ContextBlockView(APIView):
         operation_id="sessions_context_block", parameters=[LABEL], responses=ContextBlockOutput
     )
     def get(self, request: Request, session_id: str, label: str) -> Response:
-        block = memory_services.context_block(user=request.user, session_id=session_id, label=label)
+        block = services.context_block(user=request.user, session_id=session_id, label=label)
         return Response(ContextBlockOutput(block.to_wire()).data)
 
     @extend_schema(
@@ -344,7 +344,7 @@ class ContextBlockView(APIView):
     def put(self, request: Request, session_id: str, label: str) -> Response:
         body = BlockContentInput(data=request.data)
         body.is_valid(raise_exception=True)
-        block = memory_services.context_block_replace(
+        block = services.context_block_replace(
             user=request.user,
             session_id=session_id,
             label=label,
@@ -354,11 +354,11 @@ class ContextBlockView(APIView):
 
     @extend_schema(parameters=[LABEL], responses={204: None})
     def delete(self, request: Request, session_id: str, label: str) -> Response:
-        memory_services.context_block_remove(user=request.user, session_id=session_id, label=label)
+        services.context_block_remove(user=request.user, session_id=session_id, label=label)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class ContextAppendView(APIView):
+class ContextAppendView(HelixAPIView):
     """`POST {content}`: add content to the end of a writable block, on a new line."""
 
     @extend_schema(
@@ -369,7 +369,7 @@ class ContextAppendView(APIView):
     def post(self, request: Request, session_id: str, label: str) -> Response:
         body = BlockContentInput(data=request.data)
         body.is_valid(raise_exception=True)
-        block = memory_services.context_block_append(
+        block = services.context_block_append(
             user=request.user,
             session_id=session_id,
             label=label,
@@ -382,7 +382,7 @@ class EntryOutput(serializers.Serializer):
     key = serializers.CharField()
 
 
-class ContextEntriesView(APIView):
+class ContextEntriesView(HelixAPIView):
     """`POST {content, title?, description?}`: write an entry of a skill or search block.
 
     The key is the slug of `title`, else of `content` with a hash of it, so the same title
@@ -401,7 +401,7 @@ class ContextEntriesView(APIView):
         body = self.ContextEntryInput(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
-        key = memory_services.context_entry_set(
+        key = services.context_entry_set(
             user=request.user,
             session_id=session_id,
             label=label,
@@ -418,7 +418,7 @@ class SearchResultsOutput(serializers.Serializer):
     )
 
 
-class ContextSearchView(APIView):
+class ContextSearchView(HelixAPIView):
     """`GET ?q`: search a searchable block's entries."""
 
     class SearchInput(serializers.Serializer):
@@ -431,7 +431,7 @@ class ContextSearchView(APIView):
     def get(self, request: Request, session_id: str, label: str) -> Response:
         query = self.SearchInput(data=query_input(request.query_params))
         query.is_valid(raise_exception=True)
-        results = memory_services.context_block_search(
+        results = services.context_block_search(
             user=request.user, session_id=session_id, label=label, query=query.validated_data["q"]
         )
         return Response(SearchResultsOutput({"results": results}).data)
@@ -441,26 +441,26 @@ class PromptOutput(serializers.Serializer):
     prompt = serializers.CharField(allow_blank=True)
 
 
-class SystemPromptView(APIView):
+class SystemPromptView(HelixAPIView):
     """`GET`: the frozen system prompt of the context blocks, rendered and stored the first
     time; block writes reach it only through `system-prompt/refresh`."""
 
     @extend_schema(responses=PromptOutput)
     def get(self, request: Request, session_id: str) -> Response:
-        prompt = memory_services.system_prompt_freeze(user=request.user, session_id=session_id)
+        prompt = services.system_prompt_freeze(user=request.user, session_id=session_id)
         return Response(PromptOutput({"prompt": prompt}).data)
 
 
-class SystemPromptRefreshView(APIView):
+class SystemPromptRefreshView(HelixAPIView):
     """`POST`: render the system prompt from the blocks as they are now, and store it."""
 
     @extend_schema(request=None, responses=PromptOutput)
     def post(self, request: Request, session_id: str) -> Response:
-        prompt = memory_services.system_prompt_refresh(user=request.user, session_id=session_id)
+        prompt = services.system_prompt_refresh(user=request.user, session_id=session_id)
         return Response(PromptOutput({"prompt": prompt}).data)
 
 
-class ForkView(APIView):
+class ForkView(HelixAPIView):
     """`POST {atMessageId, name?}`: a new session holding the branch up to that message.
 
     The copies have fresh ids; compactions are applied first, so a summary is copied as the
@@ -477,7 +477,7 @@ class ForkView(APIView):
     def post(self, request: Request, session_id: str) -> Response:
         body = self.ForkInput(data=request.data)
         body.is_valid(raise_exception=True)
-        state = memory_services.session_fork(
+        state = services.session_fork(
             user=request.user,
             session_id=session_id,
             at_message_id=body.validated_data["atMessageId"],

@@ -5,14 +5,14 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agents_app.api.fields import StrictCharField
 from agents_app.api.memory_wire import ClosedObject, StrictFloatField, StrictIntegerField
-from agents_app.memory_services import session_usage_add
+from agents_app.chat.ui_messages import ui_messages
+from agents_app.memory.services import session_usage_add
 from agents_app.selectors import agent_snapshot
-from agents_app.ui import ui_messages
 from sessions_app.http import query_input
+from sessions_app.rest import HelixAPIView
 from sessions_app.selectors import (
     session_checkpoints,
     session_messages,
@@ -35,7 +35,7 @@ class MessagePageOutput(serializers.Serializer):
     hasMore = serializers.BooleanField()
 
 
-class MessagesView(APIView):
+class MessagesView(HelixAPIView):
     """`GET ?offset&limit`: a page of messages as UI messages.
 
     `offset`, `limit` and `total` count stored messages; a tool result is part of the UI
@@ -61,7 +61,7 @@ class MessagesView(APIView):
         return Response(MessagePageOutput(body).data)
 
 
-class UsageView(APIView):
+class UsageView(HelixAPIView):
     """`GET ?mode=rollup|entries`: the session's usage summed up, or its entries; `POST`:
     record tokens and cost spent outside a run (reference 002 `addUsage`)."""
 
@@ -124,7 +124,7 @@ class RunListOutput(serializers.Serializer):
     runs = RunOutput(many=True)
 
 
-class RunsView(APIView):
+class RunsView(HelixAPIView):
     """`GET`: the session's runs by turn."""
 
     @extend_schema(responses=RunListOutput)
@@ -147,7 +147,7 @@ class CheckpointListOutput(serializers.Serializer):
     checkpoints = CheckpointOutput(many=True)
 
 
-class CheckpointsView(APIView):
+class CheckpointsView(HelixAPIView):
     """`GET ?limit`: the session's checkpoints, newest first."""
 
     class CheckpointsInput(serializers.Serializer):
@@ -163,7 +163,7 @@ class CheckpointsView(APIView):
         return Response(CheckpointListOutput({"checkpoints": checkpoints}).data)
 
 
-class SnapshotView(APIView):
+class SnapshotView(HelixAPIView):
     """`GET`: the UI snapshot of reference 001, from one commit (see `agent_snapshot`)."""
 
     @extend_schema(responses=OpenApiTypes.OBJECT)
@@ -210,7 +210,7 @@ class SearchInput(serializers.Serializer):
     limit = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE, default=20)
 
 
-class SessionSearchView(APIView):
+class SessionSearchView(HelixAPIView):
     """`GET ?q&limit`: the session's messages holding `q` as a phrase, best first."""
 
     @extend_schema(parameters=[SearchInput], responses=SearchOutput)
@@ -226,7 +226,7 @@ class SessionSearchView(APIView):
         return Response(SearchOutput({"results": hits}).data)
 
 
-class SearchView(APIView):
+class SearchView(HelixAPIView):
     """`GET ?q&limit`: messages of all the caller's sessions holding every word of `q`."""
 
     @extend_schema(operation_id="search", parameters=[SearchInput], responses=SearchOutput)

@@ -9,27 +9,28 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agents_app.api.fields import MetadataField, StrictCharField, TagsField
-from agents_app.api.throttles import RunStartThrottle
-from agents_app.inputs import RunInput
-from agents_app.launch import StartedRun
-from agents_app.selectors import agent_status
-from agents_app.services import (
+from agents_app.definitions.inputs import RunInput
+from agents_app.runs.launch import StartedRun
+from agents_app.runs.services import (
     agent_abort,
     agent_interrupt,
     agent_resume,
     agent_retry,
     agent_start,
 )
+from agents_app.runs.throttles import RunStartThrottle
+from agents_app.selectors import agent_status
 from sessions_app.openapi import pydantic_schema
+from sessions_app.rest import HelixAPIView
 from streams_app.routing import websocket_path
 
 
 @extend_schema_field(pydantic_schema(RunInput))
 class RunInputField(serializers.JSONField):
-    """A string, or user messages with metadata and files (`agents_app.inputs` checks them)."""
+    """A string, or user messages with metadata and files (`agents_app.definitions.inputs`
+    checks them)."""
 
 
 class StartedOutput(serializers.Serializer):
@@ -59,7 +60,7 @@ def started(request: Request, run: StartedRun) -> Response:
     return Response(StartedOutput(body).data, status=status.HTTP_202_ACCEPTED)
 
 
-class StartView(APIView):
+class StartView(HelixAPIView):
     """`POST`: start a run on the session, creating the session if it does not exist."""
 
     throttle_classes = [RunStartThrottle]
@@ -91,7 +92,7 @@ class StartView(APIView):
         return started(request, run)
 
 
-class ResumeView(APIView):
+class ResumeView(HelixAPIView):
     """`POST`: resume an interrupted session in a new run."""
 
     throttle_classes = [RunStartThrottle]
@@ -124,7 +125,7 @@ class ResumeView(APIView):
         return started(request, run)
 
 
-class RetryView(APIView):
+class RetryView(HelixAPIView):
     """`POST`: run a failed session again from its last checkpoint."""
 
     throttle_classes = [RunStartThrottle]
@@ -138,7 +139,7 @@ class ReasonInput(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, max_length=1000)
 
 
-class InterruptView(APIView):
+class InterruptView(HelixAPIView):
     """`POST {reason}`: raise the durable interrupt flag; the running step stops and commits."""
 
     @extend_schema(request=ReasonInput, responses={202: None})
@@ -150,7 +151,7 @@ class InterruptView(APIView):
         return Response(status=status.HTTP_202_ACCEPTED)
 
 
-class AbortView(APIView):
+class AbortView(HelixAPIView):
     """`POST {reason}`: end the session's run for good."""
 
     @extend_schema(request=ReasonInput, responses={202: None})
@@ -173,7 +174,7 @@ class StatusOutput(serializers.Serializer):
     isExecuting = serializers.BooleanField(source="is_executing")
 
 
-class StatusView(APIView):
+class StatusView(HelixAPIView):
     """`GET`: the session's status (reference 001 `AgentStatusResponse`)."""
 
     @extend_schema(responses=StatusOutput)

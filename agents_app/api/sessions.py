@@ -6,12 +6,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agents_app.api.fields import ClosedSerializer, MetadataField, StrictCharField, TagsField
-from agents_app.memory_services import session_update
-from agents_app.services import agent_session_create
+from agents_app.memory.services import session_update
+from agents_app.runs.services import agent_session_create
 from sessions_app.http import query_input
+from sessions_app.rest import HelixAPIView
 from sessions_app.selectors import session_for_user, session_list
 from sessions_app.stores.rules import MAX_IDENTIFIER_LENGTH, MAX_PAGE_SIZE, MAX_POSITION
 from sessions_app.stores.types import SessionOrdering, SessionStatus
@@ -61,7 +61,7 @@ class SessionPageOutput(serializers.Serializer):
     hasMore = serializers.BooleanField(source="has_more")
 
 
-class SessionListView(APIView):
+class SessionListView(HelixAPIView):
     """`GET` the caller's sessions, filtered and paged; `POST` a new one."""
 
     class ListInput(serializers.Serializer):
@@ -147,7 +147,7 @@ class SessionListView(APIView):
         return Response(SessionOutput(state).data, status=status.HTTP_201_CREATED)
 
 
-class SessionDetailView(APIView):
+class SessionDetailView(HelixAPIView):
     """`GET` one of the caller's sessions, `PATCH` its name and labels, or `DELETE` it."""
 
     class PatchInput(ClosedSerializer):

@@ -4,10 +4,10 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agents_app.api.fields import StrictCharField
-from agents_app.tool_results import tool_result_submit
+from agents_app.runs.tool_results import tool_result_submit
+from sessions_app.rest import HelixAPIView
 
 
 class StrictBooleanField(serializers.BooleanField):
@@ -19,7 +19,7 @@ class StrictBooleanField(serializers.BooleanField):
         return data
 
 
-class SubmitToolResultView(APIView):
+class SubmitToolResultView(HelixAPIView):
     """`POST`: record a client tool's `result`, or an approval tool call's `approved` decision.
 
     Durable and idempotent: a repeated submission answers as the first did. The submission

@@ -1,7 +1,6 @@
 from django.urls import path, register_converter
 
-from agents_app.api import chat, memory, records, runs, sessions, tool_results
-from agents_app.mcp import api as mcp
+from agents_app.api import chat, mcp_servers, memory, records, runs, sessions, tool_results
 from sessions_app.converters import SessionIdConverter
 
 SESSION = "sessions/<session_id:session_id>/"
@@ -57,10 +56,12 @@ urlpatterns = [
         name="session-prompt-refresh",
     ),
     path(SESSION + "fork", memory.ForkView.as_view(), name="session-fork"),
-    path(SESSION + "mcp-servers", mcp.McpServerListView.as_view(), name="session-mcp-servers"),
+    path(
+        SESSION + "mcp-servers", mcp_servers.McpServerListView.as_view(), name="session-mcp-servers"
+    ),
     path(
         SESSION + "mcp-servers/<str:name>",
-        mcp.McpServerDetailView.as_view(),
+        mcp_servers.McpServerDetailView.as_view(),
         name="session-mcp-server",
     ),
     path("search", records.SearchView.as_view(), name="search"),

@@ -12,12 +12,12 @@ from typing import Any, Literal
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from agents_app import control
-from agents_app.services import agent_interrupt, agent_session_create, agent_start
+from agents_app.runs import control
+from agents_app.runs.services import agent_interrupt, agent_session_create, agent_start
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from streams_app.backends import get_stream_manager
-from streams_app.backends.base import ChunkEvent, EndEvent, FailEvent
+from streams_app.backends.types import ChunkEvent, EndEvent, FailEvent
 
 SOURCE = "mcp"
 ENDINGS = {

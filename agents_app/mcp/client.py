@@ -37,8 +37,8 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from agents_app.definitions.mcp_servers import McpServer
 from agents_app.mcp import conf
-from agents_app.mcp.servers import McpServer
 
 logger = logging.getLogger(__name__)
 

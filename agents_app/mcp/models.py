@@ -3,7 +3,7 @@
 from django.db import models
 from django.utils import timezone
 
-from agents_app.mcp.servers import DEFAULT_TIMEOUT_SECONDS, McpServer
+from agents_app.definitions.mcp_servers import DEFAULT_TIMEOUT_SECONDS, McpServer
 from sessions_app.models import AgentSession
 
 

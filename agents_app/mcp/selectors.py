@@ -2,12 +2,12 @@
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from agents_app.definitions import Agent
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.mcp_servers import McpServer
+from agents_app.definitions.registry import session_agent
 from agents_app.mcp import conf
 from agents_app.mcp.client import Catalog, get_pool
 from agents_app.mcp.models import SessionMcpServer
-from agents_app.mcp.servers import McpServer
-from agents_app.registry import session_agent
 from sessions_app.selectors import session_for_user
 
 

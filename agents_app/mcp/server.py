@@ -22,9 +22,9 @@ from mcp.server import Server
 from mcp.server.context import ServerRequestContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agents_app.api.throttles import RunStartThrottle
+from agents_app.definitions.registry import get_registry
 from agents_app.mcp.calls import RunEnding, agent_call_interrupt, agent_call_start, follow_run
-from agents_app.registry import get_registry
+from agents_app.runs.throttles import RunStartThrottle
 from sessions_app.errors import HelixError, error_body
 
 SERVER_NAME = "helix"

@@ -11,12 +11,12 @@ from collections.abc import Collection, Mapping
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
+from agents_app.definitions.mcp_servers import DEFAULT_TIMEOUT_SECONDS, InvalidServer, McpServer
+from agents_app.definitions.registry import session_agent
 from agents_app.mcp.models import SessionMcpServer
-from agents_app.mcp.servers import DEFAULT_TIMEOUT_SECONDS, InvalidServer, McpServer
-from agents_app.registry import session_agent
 from sessions_app.errors import HelixError
 from sessions_app.selectors import session_for_user
-from streams_app.doorbell import bell
+from streams_app.backends.doorbell import bell
 
 CHANGED = "helix.mcp.changed"
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import mcp_types as types
 
-from agents_app.definitions import NAME_PATTERN, Agent, SchemaInput, Tool, ToolContext
+from agents_app.definitions.agent import NAME_PATTERN, Agent, SchemaInput, Tool, ToolContext
+from agents_app.definitions.mcp_servers import SEPARATOR, McpServer
 from agents_app.mcp import conf
 from agents_app.mcp.client import get_pool
 from agents_app.mcp.selectors import agent_mcp_servers
-from agents_app.mcp.servers import SEPARATOR, McpServer
 from sessions_app.stores.types import SessionState
 
 logger = logging.getLogger(__name__)

@@ -14,117 +14,24 @@ trimmed by the `max_chunks` cap. A reader is never left with a silent gap.
 
 import abc
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any
 
 from sessions_app.errors import HelixError
 from sessions_app.stores.base import async_twin
+from streams_app.backends.reader import StreamReader, Subscription
+from streams_app.backends.types import (
+    TERMINAL_STATUSES,
+    ChunkBatch,
+    ChunkPage,
+    SequencedChunk,
+    Snapshot,
+    StreamInfo,
+    StreamStatus,
+)
 from streams_app.chunks import Chunk, chunk_to_wire
 from streams_app.errors import StreamClosed, StreamNotFound, WriterSuperseded
 from streams_app.metrics import CHUNKS_WRITTEN
-from streams_app.models import Stream
-
-if TYPE_CHECKING:
-    from streams_app.backends.reader import StreamReader
-
-StreamStatus = Stream.Status
-TERMINAL_STATUSES = frozenset({StreamStatus.ENDED, StreamStatus.FAILED})
-
-
-@dataclass(frozen=True, slots=True)
-class SequencedChunk:
-    sequence: int
-    chunk: dict[str, Any]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StreamInfo:
-    stream_id: str
-    status: StreamStatus
-    total_chunks: int
-    latest_sequence: int
-    run_id: str | None
-    agent_type: str | None
-    error: str | None
-    created_at: datetime
-    updated_at: datetime
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ChunkPage:
-    chunks: list[SequencedChunk]
-    has_more: bool
-    latest_sequence: int
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkEvent:
-    kind: ClassVar[str] = "chunk"
-    sequence: int
-    chunk: dict[str, Any]
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": "chunk", "sequence": self.sequence, "chunk": self.chunk}
-
-
-@dataclass(frozen=True, slots=True)
-class EndEvent:
-    kind: ClassVar[str] = "end"
-    final_output: Any = None
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": "end", "finalOutput": self.final_output}
-
-
-@dataclass(frozen=True, slots=True)
-class FailEvent:
-    kind: ClassVar[str] = "fail"
-    error: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": "fail", "error": self.error}
-
-
-@dataclass(frozen=True, slots=True)
-class ResyncEvent:
-    """Drop what you hold after `from_sequence`; the events that follow continue from there."""
-
-    kind: ClassVar[str] = "resync"
-    from_sequence: int
-    reason: Literal["trimmed", "retracted"]
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"type": "resync", "fromSequence": self.from_sequence, "reason": self.reason}
-
-
-StreamEvent = ChunkEvent | EndEvent | FailEvent | ResyncEvent
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkBatch:
-    """Wire-form chunks for one stream, from the exclusive writer of `epoch` if it is set."""
-
-    stream_id: str
-    chunks: list[dict[str, Any]]
-    epoch: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Snapshot:
-    """What a reader sees in one look at the store, taken status first, chunks second.
-
-    Because a stream ends only after its last chunk is committed, a terminal `status` read
-    before the chunks means `chunks` hold everything there is once `complete` is true.
-    """
-
-    status: StreamStatus
-    trimmed_through: int
-    final_output: Any
-    error: str
-    chunks: list[SequencedChunk]
-    complete: bool
-    cursor_retracted_to: int | None = None
 
 
 class StreamWriter:
@@ -213,20 +120,18 @@ class StreamManager(abc.ABC):
         worker that lost its step can never add chunks after its successor cleaned up.
         """
 
-    def create_reader(self, stream_id: str) -> "StreamReader | None":
+    def create_reader(self, stream_id: str) -> StreamReader | None:
         """Return a reader from the first chunk, or `None` if the stream failed."""
         return self.create_resumable_reader(stream_id, from_sequence=0)
 
     def create_resumable_reader(
         self, stream_id: str, from_sequence: int = 0
-    ) -> "StreamReader | None":
+    ) -> StreamReader | None:
         """Return a reader of the chunks after `from_sequence`, or `None` if the stream failed.
 
         A stream that does not exist yet reads as an empty active one: the reader waits for
         its first writer.
         """
-        from streams_app.backends.reader import StreamReader
-
         if from_sequence < 0:
             raise ValueError("from_sequence must not be negative.")
         info = self.get_stream_info(stream_id)
@@ -302,7 +207,7 @@ class StreamManager(abc.ABC):
         """Return what a reader whose cursor is `after` sees now (see `Snapshot`)."""
 
     @abc.abstractmethod
-    def subscribe(self, stream_id: str) -> "Subscription":
+    def subscribe(self, stream_id: str) -> Subscription:
         """Return a subscription that wakes a reader when the stream changes."""
 
     # Cleanup and retention
@@ -364,19 +269,3 @@ class StreamManager(abc.ABC):
     areset_stream = async_twin(reset_stream)
     adelete_stream = async_twin(delete_stream)
     apurge_streams = async_twin(purge_streams)
-
-
-class Subscription(abc.ABC):
-    """Wakes one reader when its stream changes. Notices may be lost; readers must not care."""
-
-    @abc.abstractmethod
-    async def start(self) -> None:
-        """Start listening; call before the reader's first look at the store."""
-
-    @abc.abstractmethod
-    async def wait(self, timeout: float) -> list[dict[str, Any]] | None:
-        """Return the notices received (waiting up to `timeout` s for one), or `None`."""
-
-    @abc.abstractmethod
-    async def close(self) -> None:
-        """Stop listening."""

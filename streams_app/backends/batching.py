@@ -27,7 +27,8 @@ from django.db import DatabaseError, connection, connections
 
 from sessions_app.connections import release_connection
 from sessions_app.errors import HelixError
-from streams_app.backends.base import ChunkBatch, StreamWriter
+from streams_app.backends.base import StreamWriter
+from streams_app.backends.types import ChunkBatch
 from streams_app.chunks import Chunk
 
 logger = logging.getLogger(__name__)

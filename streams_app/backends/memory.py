@@ -16,17 +16,10 @@ from django.utils import timezone
 
 from sessions_app.stores.rules import check_identifier
 from streams_app.backends import notices
-from streams_app.backends.base import (
-    ChunkPage,
-    SequencedChunk,
-    Snapshot,
-    StreamInfo,
-    StreamManager,
-    StreamStatus,
-    StreamWriter,
-    Subscription,
-)
+from streams_app.backends.base import StreamManager, StreamWriter
+from streams_app.backends.reader import Subscription
 from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
+from streams_app.backends.types import ChunkPage, SequencedChunk, Snapshot, StreamInfo, StreamStatus
 from streams_app.errors import StreamNotFound, WriterSuperseded
 
 

@@ -2,7 +2,7 @@
 
 Every write locks the stream's row, so sequences are assigned one writer at a time and committed
 in order: a reader never sees sequence n+1 before n. Readers are rung through the channel layer
-(`streams_app.doorbell`) only after the transaction commits.
+(`streams_app.backends.doorbell`) only after the transaction commits.
 """
 
 import functools
@@ -19,19 +19,18 @@ from sessions_app.errors import HelixError
 from sessions_app.stores.rules import check_identifier
 from sessions_app.stores.statements import column, table
 from streams_app.backends import notices
-from streams_app.backends.base import (
+from streams_app.backends.base import StreamManager, StreamWriter
+from streams_app.backends.doorbell import ChannelSubscription, bell
+from streams_app.backends.reader import Subscription
+from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
+from streams_app.backends.types import (
     ChunkBatch,
     ChunkPage,
     SequencedChunk,
     Snapshot,
     StreamInfo,
-    StreamManager,
     StreamStatus,
-    StreamWriter,
-    Subscription,
 )
-from streams_app.backends.rules import LIVE_STATUSES, check_can, notice_for
-from streams_app.doorbell import ChannelSubscription, bell
 from streams_app.errors import StreamNotFound, WriterSuperseded
 from streams_app.models import Stream, StreamChunk
 

@@ -12,15 +12,16 @@ interval, and while the stream stays quiet each wait doubles up to a cap, so idl
 the database little; any notice brings the interval back.
 """
 
+import abc
 import random
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
 
 from streams_app.backends import notices
-from streams_app.backends.base import (
+from streams_app.backends.types import (
     TERMINAL_STATUSES,
     ChunkEvent,
     EndEvent,
@@ -28,7 +29,6 @@ from streams_app.backends.base import (
     ResyncEvent,
     Snapshot,
     StreamEvent,
-    StreamManager,
     StreamStatus,
 )
 
@@ -62,10 +62,36 @@ def events_from_snapshot(cursor: int, snapshot: Snapshot) -> tuple[list[StreamEv
     return events, cursor, finished
 
 
+class Subscription(abc.ABC):
+    """Wakes one reader when its stream changes. Notices may be lost; readers must not care."""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Start listening; call before the reader's first look at the store."""
+
+    @abc.abstractmethod
+    async def wait(self, timeout: float) -> list[dict[str, Any]] | None:
+        """Return the notices received (waiting up to `timeout` s for one), or `None`."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Stop listening."""
+
+
+class SnapshotSource(Protocol):
+    """What a reader needs of its stream manager (every `StreamManager` is one)."""
+
+    poll_interval: float
+
+    def read_snapshot(self, stream_id: str, after: int, limit: int) -> Snapshot: ...
+
+    def subscribe(self, stream_id: str) -> "Subscription": ...
+
+
 class StreamReader:
     """Async iterator of the events of one stream after a cursor; close it when done."""
 
-    def __init__(self, manager: StreamManager, stream_id: str, from_sequence: int) -> None:
+    def __init__(self, manager: SnapshotSource, stream_id: str, from_sequence: int) -> None:
         self.manager = manager
         self.stream_id = stream_id
         self.cursor = from_sequence

@@ -5,7 +5,7 @@ from collections.abc import Collection
 from typing import Any
 
 from streams_app.backends import notices
-from streams_app.backends.base import StreamStatus
+from streams_app.backends.types import StreamStatus
 from streams_app.errors import StreamClosed
 
 LIVE_STATUSES = frozenset({StreamStatus.ACTIVE, StreamStatus.PAUSED})

@@ -11,8 +11,10 @@ from types import SimpleNamespace
 
 from pydantic import BaseModel
 
-from agents_app.definitions import Agent, Tool, sub_agent_tool
-from agents_app.hooks import AgentHooks, CompleteContext
+from agents_app.definitions.agent import Agent, Tool, sub_agent_tool
+from agents_app.definitions.hooks import AgentHooks, CompleteContext
+from agents_app.definitions.memory import AgentMemory, CompactionSettings
+from agents_app.definitions.registry import get_registry
 from agents_app.llm.base import LLMError
 from agents_app.llm.scripted import (
     ScriptedToolCall,
@@ -21,8 +23,6 @@ from agents_app.llm.scripted import (
     sequence_script,
     turn_step,
 )
-from agents_app.memory import AgentMemory, CompactionSettings
-from agents_app.registry import get_registry
 from sessions_app.memory.context import ContextBlockSpec
 from sessions_app.memory.providers import DatabaseSearchProvider
 from sessions_app.stores import get_session_store

@@ -1,7 +1,7 @@
 """Agents that registry discovery tests name in ``HELIX["AGENTS"]``: registered on import."""
 
-from agents_app.definitions import Agent
-from agents_app.registry import AgentFactoryContext, get_registry
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.registry import AgentFactoryContext, get_registry
 
 discovered = Agent(name="discovered", description="Registered when this module is imported.")
 

@@ -1,7 +1,7 @@
 """A module for registry discovery tests that registers an agent, then fails to import."""
 
-from agents_app.definitions import Agent
-from agents_app.registry import get_registry
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.registry import get_registry
 
 get_registry().register(Agent(name="half-registered"))
 

@@ -5,9 +5,9 @@ Daphne processes of the live tests import this module too (`HELIX_AGENTS`).
 
 import asyncio
 
-from agents_app.definitions import Agent
-from agents_app.registry import get_registry
-from agents_app.state_sync import SERVER, Connection, StateSync, callable_method
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.registry import get_registry
+from agents_app.definitions.state_sync import SERVER, Connection, StateSync, callable_method
 
 # Every `on_state_update` call of the game, as (state, "server" or the writer's connection id).
 recorded_updates: list[tuple[dict | None, str]] = []

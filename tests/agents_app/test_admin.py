@@ -12,7 +12,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents_app import executor, services
+from agents_app.runs import services
+from agents_app.runtime import executor
 from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (

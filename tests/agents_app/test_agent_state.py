@@ -7,8 +7,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 
-from agents_app import services
-from agents_app.agent_state import (
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.registry import get_registry
+from agents_app.definitions.state_sync import SERVER, Connection, StateSync
+from agents_app.live_state.agent_state import (
     StateRejected,
     StateTooLarge,
     agent_state_get,
@@ -18,12 +20,10 @@ from agents_app.agent_state import (
     state_group,
     update_agent_state,
 )
-from agents_app.definitions import Agent
-from agents_app.registry import get_registry
-from agents_app.state_sync import SERVER, Connection, StateSync
+from agents_app.runs import services
 from sessions_app.errors import SessionBusy
 from sessions_app.stores import get_session_store
-from streams_app.doorbell import bell
+from streams_app.backends.doorbell import bell
 from tests.agents_app.test_runtime import (
     finished,
     worker,  # noqa: F401 (a fixture)

@@ -10,10 +10,10 @@ from django.urls import clear_url_caches
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from agents_app.definitions import Agent
-from agents_app.hooks import AbortResult, AgentHooks
-from agents_app.registry import get_registry
-from agents_app.services import agent_start
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.hooks import AbortResult, AgentHooks
+from agents_app.definitions.registry import get_registry
+from agents_app.runs.services import agent_start
 from sessions_app.models import AgentSession
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
@@ -101,6 +101,7 @@ def custom_endpoints():
 
 
 def _reload_urls() -> None:
+    importlib.reload(importlib.import_module("agents_app.urls"))  # Where the endpoints are.
     importlib.reload(importlib.import_module(settings.ROOT_URLCONF))
     clear_url_caches()
 

@@ -29,11 +29,11 @@ def csrf_token_of(page: str) -> str:
     return re.search(r'data-csrf-token="([^"]*)"', page).group(1)
 
 
-def test_a_visitor_who_is_not_signed_in_is_sent_to_the_login_page():
+def test_a_visitor_who_is_not_signed_in_is_sent_to_helixs_sign_in_page_not_the_admins():
     response = Client().get("/chat/researcher/")
 
     assert response.status_code == 302
-    assert response["Location"] == "/admin/login/?next=/chat/researcher/"
+    assert response["Location"] == "/accounts/login/?next=/chat/researcher/"
 
 
 def test_a_new_chat_renders_the_widget_without_a_session(client):
@@ -130,7 +130,7 @@ def test_the_widget_renders_inside_another_template(owner):
     request.user = owner
     host = Template(
         "<main><h1>Dashboard</h1>"
-        '{% include "chat/widget.html" with agent_type="counter" session_id="s-42" %}'
+        '{% include "helix/chat/widget.html" with agent_type="counter" session_id="s-42" %}'
         "</main>"
     )
 

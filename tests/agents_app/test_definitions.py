@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from pydantic import BaseModel, Field, ValidationError
 
-from agents_app.definitions import (
+from agents_app.definitions.agent import (
     OUTPUT_TOOL_NAME,
     Agent,
     InvalidDefinition,
@@ -20,7 +20,7 @@ from agents_app.definitions import (
     ToolResultInvalid,
     sub_agent_tool,
 )
-from agents_app.hooks import (
+from agents_app.definitions.hooks import (
     AbortResult,
     AfterStartContext,
     AgentHooks,

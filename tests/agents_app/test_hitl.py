@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync
 from django.test import AsyncClient
 from rest_framework.test import APIClient
 
-from agents_app.reaping import EXPIRED_FAILURE_REASON, reap_expired_sessions
+from agents_app.operations.reaping import EXPIRED_FAILURE_REASON, reap_expired_sessions
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager

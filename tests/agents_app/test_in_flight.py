@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from agents_app import services
+from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager

@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from agents_app.inputs import MAX_FILE_BYTES, InvalidInput, input_messages
+from agents_app.definitions.inputs import MAX_FILE_BYTES, InvalidInput, input_messages
 from sessions_app.stores.types import MessageRole
 
 PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG").decode()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agents_app import services
-from agents_app.session_memory import memory_of
+from agents_app.memory.session import memory_of
+from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole
 from streams_app.backends import get_stream_manager

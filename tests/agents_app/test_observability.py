@@ -14,7 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents_app import executor, services
+from agents_app.runs import services
+from agents_app.runtime import executor
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus
 from tests.agents_app import agents  # noqa: F401 (registers the agents below)

@@ -13,8 +13,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from agents_app import executor, services, tasks
-from agents_app.reaping import EXPIRED_FAILURE_REASON, reap_expired_sessions
+from agents_app import tasks
+from agents_app.operations.reaping import EXPIRED_FAILURE_REASON, reap_expired_sessions
+from agents_app.runs import services
+from agents_app.runtime import executor
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager

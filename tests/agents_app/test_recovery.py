@@ -9,7 +9,8 @@ collected, and played with the executor as a worker would play them.
 
 import pytest
 
-from agents_app import executor, recovery, services
+from agents_app.runs import services
+from agents_app.runtime import executor, recovery
 from helix_project.celery import app
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus

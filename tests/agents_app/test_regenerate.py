@@ -2,8 +2,8 @@
 
 import pytest
 
-from agents_app import services
 from agents_app.errors import InvalidResume
+from agents_app.runs import services
 from agents_app.selectors import agent_snapshot
 from sessions_app.stores import get_session_store
 from tests.agents_app.test_api_chat import post_chat

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from agents_app.definitions import Agent, InvalidDefinition
-from agents_app.hooks import AgentHooks
-from agents_app.registry import (
+from agents_app.definitions.agent import Agent, InvalidDefinition
+from agents_app.definitions.hooks import AgentHooks
+from agents_app.definitions.registry import (
     AgentAlreadyRegistered,
     AgentFactoryContext,
     AgentNotFound,

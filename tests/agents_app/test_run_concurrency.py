@@ -3,8 +3,8 @@
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from agents_app import services
 from agents_app.errors import RunNotActive
+from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager

@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from agents_app import services
 from agents_app.errors import RunNotActive
+from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from sessions_app.usage import get_usage_store

@@ -26,7 +26,7 @@ SEND_PING = (
 RUN_DEMO = """
 import time
 from django.contrib.auth import get_user_model
-from agents_app.services import agent_start
+from agents_app.runs.services import agent_start
 from sessions_app.stores import get_session_store
 user = get_user_model().objects.create_user("demo")
 started = agent_start(user=user, agent_type="researcher", message="What is celery?")

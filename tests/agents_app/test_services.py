@@ -3,12 +3,12 @@ hooks. Their first steps go to a private queue no worker reads (see `test_runtim
 
 import pytest
 
-from agents_app import services
-from agents_app.definitions import Agent
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.hooks import AbortResult, AgentHooks
+from agents_app.definitions.inputs import InvalidInput
+from agents_app.definitions.registry import AgentNotFound, get_registry
 from agents_app.errors import AgentTypeMismatch, HookRefused, InvalidResume, RunNotActive
-from agents_app.hooks import AbortResult, AgentHooks
-from agents_app.inputs import InvalidInput
-from agents_app.registry import AgentNotFound, get_registry
+from agents_app.runs import services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store

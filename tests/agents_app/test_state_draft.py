@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import BaseModel
 
-from agents_app.state import StateDraft
+from agents_app.definitions.state import StateDraft
 from sessions_app.stores.rules import apply_merge_ops, check_staged_sizes
 from sessions_app.stores.types import (
     AppendOp,

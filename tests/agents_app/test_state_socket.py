@@ -19,11 +19,11 @@ from django.conf import settings
 from django.test import Client, override_settings
 from rest_framework.authtoken.models import Token
 
-from agents_app.agent_state import agent_state_get, merge_agent_state, state_group
-from agents_app.definitions import Agent
-from agents_app.registry import AgentRegistry, kebab_case
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.registry import AgentRegistry, kebab_case
+from agents_app.live_state.agent_state import agent_state_get, merge_agent_state, state_group
+from agents_app.live_state.consumer import NO_MCP_SERVERS
 from agents_app.routing import state_socket_path
-from agents_app.state_consumer import NO_MCP_SERVERS
 from helix_project.asgi import application
 from sessions_app.stores import get_session_store
 from tests.agents_app import state_agents

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from agents_app import services
-from agents_app.companions import persistent_child_id
-from agents_app.subagents import child_session_id
+from agents_app.runs import services
+from agents_app.subagents.children import child_session_id
+from agents_app.subagents.companions import persistent_child_id
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus, SubSessionMode
 from sessions_app.usage import get_usage_store

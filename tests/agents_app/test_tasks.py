@@ -3,7 +3,8 @@
 import pytest
 from celery.signals import before_task_publish
 
-from agents_app import services, tasks
+from agents_app import tasks
+from agents_app.runs import services
 from sessions_app.models import AgentSession
 from tests.agents_app import agents  # noqa: F401 (registers `steady`)
 

@@ -8,11 +8,12 @@ raising a `BaseException` out of the step, which leaves its lease unreleased as 
 import pytest
 from pydantic import BaseModel
 
-from agents_app import executor, services
-from agents_app.definitions import Agent, Tool
+from agents_app.definitions.agent import Agent, Tool
+from agents_app.definitions.registry import get_registry
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
-from agents_app.registry import get_registry
-from agents_app.tool_calls import CUT_OFF
+from agents_app.runs import services
+from agents_app.runtime import attempt, executor
+from agents_app.runtime.tool_calls import CUT_OFF
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, SessionStatus
 from sessions_app.usage import get_usage_store
@@ -98,13 +99,13 @@ def custom_chunks(session_id: str) -> list[dict]:
 
 def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(owner, monkeypatch):
     session_id, run_id = start(owner, 5)
-    finish_step = executor._Attempt._finish_step
+    finish_step = attempt.Attempt._finish_step
 
     def die_before_the_commit(self, *args):
-        monkeypatch.setattr(executor._Attempt, "_finish_step", finish_step)
+        monkeypatch.setattr(attempt.Attempt, "_finish_step", finish_step)
         raise Crash("the worker died after its tools ran")
 
-    monkeypatch.setattr(executor._Attempt, "_finish_step", die_before_the_commit)
+    monkeypatch.setattr(attempt.Attempt, "_finish_step", die_before_the_commit)
 
     state = die_then_take_over(session_id, run_id)
 

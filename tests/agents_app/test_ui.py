@@ -3,7 +3,7 @@
 import pytest
 from rest_framework.test import APIClient
 
-from agents_app.ui import ui_messages
+from agents_app.chat.ui_messages import ui_messages
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import Message, MessageRole
 

@@ -1,7 +1,7 @@
 """A run's chunks as the AI SDK's UI message stream."""
 
-from agents_app.ui_stream import UIStreamEncoder
-from streams_app.backends.base import ChunkEvent, EndEvent, FailEvent
+from agents_app.chat.ui_stream import UIStreamEncoder
+from streams_app.backends.types import ChunkEvent, EndEvent, FailEvent
 
 
 def chunk(sequence: int, type: str, step: int = 1, **fields) -> ChunkEvent:

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from agents_app.watcher import StepWatch
+from agents_app.runtime.watcher import StepWatch
 from sessions_app.stores import get_session_store
 
 pytestmark = pytest.mark.django_db(transaction=True)

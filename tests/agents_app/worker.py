@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from helix_project import broker
+from agents_app import broker
 from helix_project.celery import app
 from tests.live import ROOT, live_env
 
@@ -27,7 +27,7 @@ READY_TIMEOUT = 60.0
 @contextlib.contextmanager
 def sending_to(broker_url: str):
     """Send this process's tasks to the broker at `broker_url` for a while, set as settings
-    would set it (`helix_project.broker`); give workers the same URL in `CELERY_BROKER_URL`."""
+    would set it (`agents_app.broker`); give workers the same URL in `CELERY_BROKER_URL`."""
     conf = {
         "broker_url": broker_url,
         "broker_transport": None,  # Chosen by the URL's scheme, unless the settings choose.

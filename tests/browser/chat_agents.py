@@ -7,11 +7,11 @@ import re
 
 from pydantic import BaseModel
 
-from agents_app.definitions import Agent, Tool
+from agents_app.definitions.agent import Agent, Tool
+from agents_app.definitions.registry import get_registry
 from agents_app.llm.base import LLMError
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
 from agents_app.llm.scripted import turn_step as step_of
-from agents_app.registry import get_registry
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole
 

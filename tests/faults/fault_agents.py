@@ -34,10 +34,10 @@ from celery.signals import task_postrun
 from django.db import connection
 from pydantic import BaseModel
 
-from agents_app import executor
-from agents_app.definitions import Agent, Tool
+from agents_app.definitions.agent import Agent, Tool
+from agents_app.definitions.registry import get_registry
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, sequence_script
-from agents_app.registry import get_registry
+from agents_app.runtime import attempt, executor
 from sessions_app.stores import get_session_store
 from streams_app import chunks
 
@@ -210,10 +210,10 @@ for agent, script in ((AGENT, SCRIPT), (POISON, poison_script)):
     if not get_registry().has(agent.name):
         get_registry().register(agent)
         register_script(agent.name, script)
-if "HELIX_FAULT_DIR" in os.environ and not hasattr(executor._Attempt, "faults_injected"):
-    executor._Attempt.faults_injected = True  # The worker's own classes, patched once.
-    executor._Attempt._call_model = _before_model(executor._Attempt._call_model)
-    executor._Attempt._chunk = _streaming(executor._Attempt._chunk)
-    executor._Attempt._finish_step = _in_commit(executor._Attempt._finish_step)
+if "HELIX_FAULT_DIR" in os.environ and not hasattr(attempt.Attempt, "faults_injected"):
+    attempt.Attempt.faults_injected = True  # The worker's own classes, patched once.
+    attempt.Attempt._call_model = _before_model(attempt.Attempt._call_model)
+    attempt.Attempt._chunk = _streaming(attempt.Attempt._chunk)
+    attempt.Attempt._finish_step = _in_commit(attempt.Attempt._finish_step)
     executor.hand_over = _before_enqueue(executor.hand_over)
     task_postrun.connect(_after_commit, weak=False)

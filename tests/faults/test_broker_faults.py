@@ -19,7 +19,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from agents_app import services
+from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from tests.agents_app import agents  # noqa: F401 (registers the `steady` agent)
 from tests.agents_app.worker import Supervisor, sending_to

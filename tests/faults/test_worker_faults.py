@@ -22,8 +22,8 @@ from pathlib import Path
 import kombu
 import pytest
 
-from agents_app import services
-from agents_app.tool_calls import CUT_OFF
+from agents_app.runs import services
+from agents_app.runtime.tool_calls import CUT_OFF
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus, StagedChangeStatus
 from sessions_app.usage import get_usage_store

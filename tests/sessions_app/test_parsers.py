@@ -42,12 +42,14 @@ def echo(request, context) -> Response:
 @pytest.fixture
 def echo_endpoint():
     """Serve `echo` at `/api/echo`, as a project that declares it in `HELIX["ENDPOINTS"]`."""
-    urls = importlib.import_module(settings.ROOT_URLCONF)
+    modules = [importlib.import_module(name) for name in ("agents_app.urls", settings.ROOT_URLCONF)]
     with override_settings(HELIX={**settings.HELIX, "ENDPOINTS": {"echo": f"{__name__}.echo"}}):
-        importlib.reload(urls)
+        for module in modules:  # Helix's routes, where the endpoints are, then the root.
+            importlib.reload(module)
         clear_url_caches()
         yield "/api/echo"
-    importlib.reload(urls)
+    for module in modules:
+        importlib.reload(module)
     clear_url_caches()
 
 

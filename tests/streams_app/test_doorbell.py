@@ -12,10 +12,10 @@ from channels.db import database_sync_to_async
 from django.test import override_settings
 
 from streams_app.backends import notices
-from streams_app.backends.base import ChunkEvent
+from streams_app.backends.doorbell import send
 from streams_app.backends.orm import ORMStreamManager
+from streams_app.backends.types import ChunkEvent
 from streams_app.chunks import chunk_to_wire
-from streams_app.doorbell import send
 from streams_app.models import Stream, StreamChunk
 
 from .test_manager_conformance import text
@@ -115,7 +115,7 @@ def test_a_notice_repeating_delivered_chunks_is_ignored():
     }
 )
 def test_a_ring_that_cannot_reach_the_layer_is_logged_not_raised(caplog):
-    with caplog.at_level(logging.WARNING, logger="streams_app.doorbell"):
+    with caplog.at_level(logging.WARNING, logger="streams_app.backends.doorbell"):
         async_to_sync(send)("st", notices.changed_notice())
 
     assert "Could not notify readers of stream st" in caplog.text

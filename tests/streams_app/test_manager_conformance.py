@@ -12,13 +12,13 @@ from asgiref.sync import async_to_sync
 from django.test import override_settings
 from django.utils import timezone
 
-from streams_app.backends.base import (
+from streams_app.backends.base import StreamManager
+from streams_app.backends.types import (
     ChunkBatch,
     ChunkEvent,
     EndEvent,
     FailEvent,
     ResyncEvent,
-    StreamManager,
     StreamStatus,
 )
 from streams_app.chunks import TextDelta

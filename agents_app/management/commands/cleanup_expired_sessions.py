@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 from django.utils.dateparse import parse_duration
 
-from agents_app.reaping import (
+from agents_app.operations.reaping import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_EXPIRY_ERROR,
     ReapReport,

@@ -24,7 +24,7 @@
     run_failed: "failed",
   };
 
-  // agents_app.registry.kebab_case, as the agents npm client names agents in URLs.
+  // agents_app.definitions.registry.kebab_case, as the agents npm client names agents in URLs.
   function kebabCase(name) {
     if (name.toUpperCase() === name && name.toLowerCase() !== name) {
       return name.toLowerCase().replaceAll("_", "-");

@@ -15,10 +15,10 @@ import os
 import sys
 from pathlib import Path
 
-from agents_app.definitions import Agent
+from agents_app.definitions.agent import Agent
+from agents_app.definitions.mcp_servers import McpServer
+from agents_app.definitions.registry import AgentFactoryContext, get_registry
 from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, turn_step
-from agents_app.mcp.servers import McpServer
-from agents_app.registry import AgentFactoryContext, get_registry
 from sessions_app.stores.types import MessageRole
 
 FIXTURE = Path(__file__).resolve().with_name("fixture_server.py")

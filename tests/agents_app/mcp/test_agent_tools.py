@@ -12,12 +12,12 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from agents_app import services
+from agents_app.definitions.mcp_servers import McpServer
+from agents_app.definitions.registry import AgentFactoryContext, get_registry
 from agents_app.mcp.client import get_pool
-from agents_app.mcp.servers import McpServer
 from agents_app.mcp.tools import mcp_tools
-from agents_app.registry import AgentFactoryContext, get_registry
-from agents_app.tool_results import tool_result_submit
+from agents_app.runs import services
+from agents_app.runs.tool_results import tool_result_submit
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, SessionStatus
 from tests.agents_app.mcp import mcp_agents

@@ -3,8 +3,8 @@
 import mcp_types as types
 import pytest
 
-from agents_app.definitions import Agent, InvalidDefinition, SchemaInput, Tool
-from agents_app.mcp.servers import InvalidServer, McpServer
+from agents_app.definitions.agent import Agent, InvalidDefinition, SchemaInput, Tool
+from agents_app.definitions.mcp_servers import InvalidServer, McpServer
 from agents_app.mcp.tools import McpToolFailed, as_tool, tool_name, tool_result
 
 URL = "https://mcp.example.com/mcp"

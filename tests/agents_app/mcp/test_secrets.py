@@ -11,7 +11,7 @@ from django.test import Client as DjangoClient
 from rest_framework.authtoken.models import Token
 
 from agents_app.mcp.models import SessionMcpServer
-from agents_app.services import agent_session_create
+from agents_app.runs.services import agent_session_create
 from sessions_app.stores.types import SessionStatus
 from tests.agents_app.mcp import mcp_agents
 from tests.agents_app.mcp.conftest import plan, settled

@@ -11,7 +11,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from rest_framework.authtoken.models import Token
 
-from agents_app.services import agent_session_create
+from agents_app.runs.services import agent_session_create
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from tests.agents_app.mcp.conftest import wait_for

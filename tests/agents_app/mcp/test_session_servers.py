@@ -5,7 +5,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from agents_app.mcp.models import SessionMcpServer
-from agents_app.services import agent_session_create
+from agents_app.runs.services import agent_session_create
 from tests.agents_app.mcp import mcp_agents
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from agents_app import services, tasks
-from agents_app.tool_calls import CUT_OFF
+from agents_app import tasks
+from agents_app.runs import services
+from agents_app.runtime.tool_calls import CUT_OFF
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionStatus
 from tests.agents_app.mcp.conftest import (

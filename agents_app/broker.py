@@ -1,0 +1,108 @@
+"""The Celery broker: the settings each kind of broker gets, and a filesystem transport.
+
+`celery_settings` suits Celery to the broker's URL: Redis (the visibility timeout and the sweep
+that hands a dead worker's steps to another), RabbitMQ (quorum queues, publisher confirms), or
+the filesystem broker of the embedded mode, a broker without a server for one machine.
+
+That filesystem broker (``CELERY_BROKER_TRANSPORT = "agents_app.broker:Transport"``) is
+kombu's, with its files written atomically, its folders made when missing, and a poll every
+0.1 s rather than every second. kombu's own creates a message file, then locks and writes it,
+while `_get` takes any file with the queue's name without a lock; and the first binding to an
+exchange creates its table file the same way, while another binding reads it under the lock. A
+worker at the wrong moment reads an empty file, fails to decode it and stops ("Unrecoverable
+error: JSONDecodeError"). Here a file is written whole under a name nothing reads, then moved
+into place.
+"""
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.encoding import str_to_bytes
+from kombu.utils.json import dumps
+
+AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
+
+
+def celery_settings(url: str, *, visibility_timeout: int, var_dir: Path) -> dict[str, object]:
+    """Return the Celery settings (Celery's own names) that suit the broker at `url`."""
+    if url.startswith(AMQP_SCHEMES):
+        return {
+            # Replicated and persistent queues, in RabbitMQ's recommended type. Celery sees
+            # them, turns global QoS off, and delays retries (`countdown`) in the broker
+            # through topic exchanges rather than holding them in a worker's memory.
+            "task_default_queue_type": "quorum",
+            "task_create_missing_queue_type": "quorum",
+            "task_default_exchange_type": "topic",
+            "task_create_missing_queue_exchange_type": "topic",
+            # A step's next task is enqueued only once the broker has it on disk.
+            "broker_transport_options": {"confirm_publish": True},
+        }
+    restore_interval = max(1, min(10, visibility_timeout // 2))
+    options = {
+        # Seconds before the Redis broker hands a dead worker's unacknowledged step to
+        # another; workers sweep for such steps every half of it, at most every 10 s.
+        "visibility_timeout": visibility_timeout,
+        "unacked_restore_interval": restore_interval,
+        "unacked_restore_throttle": 1,
+        # One worker sweeps at a time, under a lock in Redis. A worker killed while it sweeps
+        # leaves the lock behind until it expires: kombu's five minutes would stop every sweep.
+        "unacked_mutex_expire": restore_interval,
+    }
+    if not url.startswith("filesystem://"):
+        return {"broker_transport_options": options}
+    broker_dir, control_dir = var_dir / "broker", var_dir / "broker-control"
+    return {
+        "broker_transport": "agents_app.broker:Transport",  # Writes messages atomically.
+        "broker_transport_options": options
+        | {
+            "data_folder_in": str(broker_dir),
+            "data_folder_out": str(broker_dir),
+            "control_folder": str(control_dir),
+            "polling_interval": 0.05,
+        },
+    }
+
+
+class Channel(filesystem.Channel):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        for folder in (self.data_folder_in, self.data_folder_out, self.control_folder):
+            Path(folder).mkdir(parents=True, exist_ok=True)  # kombu expects them to exist.
+
+    def _put(self, queue: str, payload: dict, **kwargs: object) -> None:
+        """Put a message on `queue`: written in full, then made visible at once."""
+        # Wall-clock nanoseconds keep names in the order they were put across processes.
+        name = f"{time.time_ns()}_{uuid.uuid4()}.{queue}.msg"
+        path = os.path.join(self.data_folder_out, name)
+        partial = f"{path}.partial"  # `_get` reads only names ending in `.<queue>.msg`.
+        body = str_to_bytes(dumps(payload))
+        try:
+            with open(partial, "wb") as file:
+                file.write(body)
+            os.replace(partial, path)
+        except OSError as error:
+            raise ChannelError(f"Cannot add file {path!r} to directory") from error
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        """Bind as kombu does, once the exchange's table file exists with a valid table."""
+        table = self._exchange_file(exchange)
+        self.control_folder.mkdir(exist_ok=True)
+        if not table.exists():
+            partial = table.with_name(f"{table.name}.{uuid.uuid4()}.partial")
+            partial.write_bytes(str_to_bytes(dumps([])))
+            try:
+                os.link(partial, table)  # Creates it only if no other binding did first.
+            except FileExistsError:
+                pass
+            finally:
+                partial.unlink()
+        super()._queue_bind(exchange, routing_key, pattern, queue)
+
+
+class Transport(filesystem.Transport):
+    Channel = Channel
+    polling_interval = 0.1

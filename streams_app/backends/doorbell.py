@@ -1,0 +1,128 @@
+"""The doorbell: channel-layer notices that a stream changed (DESIGN invariant 8).
+
+The channel layer may drop a notice, and Redis may be down: readers then find the change on their
+next poll of the database, so a failed ring is logged and otherwise ignored.
+
+Writes run in sync code (Celery tasks, `sync_to_async` threads) and ring after commit. Sends go
+to a long-lived event loop rather than a new one per call, which would cost the Redis layers a
+connection per notice: the loop readers in this process run on, when there is one (an
+in-process layer must be used from the loop its readers wait on), else a private loop thread.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import threading
+from typing import Any
+
+from channels.exceptions import ChannelFull
+from channels.layers import get_channel_layer
+from redis.exceptions import RedisError
+
+from streams_app.backends.notices import NoticeQueue
+from streams_app.backends.reader import Subscription
+
+logger = logging.getLogger(__name__)
+
+LAYER_ERRORS = (ChannelFull, RedisError, OSError)
+
+
+def stream_group(stream_id: str) -> str:
+    """Return the channel-layer group of a stream (layer names allow few characters)."""
+    return "helix.stream." + hashlib.sha256(stream_id.encode()).hexdigest()[:40]
+
+
+class _Bell:
+    def __init__(self) -> None:
+        self._home: asyncio.AbstractEventLoop | None = None
+        self._own: asyncio.AbstractEventLoop | None = None
+        self._own_pid: int | None = None
+        self._lock = threading.Lock()
+
+    def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send from `loop`, the loop this process's readers wait on, while it runs."""
+        self._home = loop
+
+    def ring(self, stream_id: str, notice: dict[str, Any]) -> None:
+        """Send a notice to the stream's readers without waiting for it to go out."""
+        self.ring_group(stream_group(stream_id), notice, f"readers of stream {stream_id}")
+
+    def ring_group(self, group: str, message: dict[str, Any], receivers: str) -> None:
+        """Send a message to a channel-layer group without waiting for it to go out."""
+        asyncio.run_coroutine_threadsafe(send_group(group, message, receivers), self._loop())
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        home = self._home
+        if home is not None and home.is_running():
+            return home
+        with self._lock:
+            if self._own is None or self._own_pid != os.getpid():  # A fork has no threads.
+                self._own, self._own_pid = asyncio.new_event_loop(), os.getpid()
+                threading.Thread(
+                    target=self._own.run_forever, name="helix-doorbell", daemon=True
+                ).start()
+            return self._own
+
+
+bell = _Bell()
+
+
+async def send(stream_id: str, notice: dict[str, Any]) -> None:
+    """Send a notice to the stream's readers now; log and swallow layer failures."""
+    await send_group(stream_group(stream_id), notice, f"readers of stream {stream_id}")
+
+
+async def send_group(group: str, message: dict[str, Any], receivers: str) -> None:
+    """Send a message to a channel-layer group now; log and swallow layer failures.
+
+    `receivers` names the group's members in the log.
+    """
+    try:
+        await get_channel_layer().group_send(group, message)
+    except LAYER_ERRORS:
+        logger.warning("Could not notify %s", receivers, exc_info=True)
+
+
+class ChannelSubscription(Subscription):
+    """A reader's subscription to its stream's channel-layer group."""
+
+    def __init__(self, stream_id: str) -> None:
+        self.group = stream_group(stream_id)
+        self._queue: NoticeQueue | None = None
+        self._channel: str | None = None
+        self._receiving: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        bell.adopt(asyncio.get_running_loop())
+        self._queue = NoticeQueue()
+        layer = get_channel_layer()
+        try:
+            self._channel = await layer.new_channel()
+            await layer.group_add(self.group, self._channel)
+        except LAYER_ERRORS:
+            logger.warning("Readers of %s fall back to polling", self.group, exc_info=True)
+            return
+        self._receiving = asyncio.create_task(self._receive(layer))
+
+    async def _receive(self, layer: Any) -> None:
+        # One long-lived receive: cancelling a receive unsubscribes the channel on Redis layers.
+        while True:
+            try:
+                self._queue.push(await layer.receive(self._channel))
+            except LAYER_ERRORS:
+                logger.warning("Lost notices of %s; retrying", self.group, exc_info=True)
+                await asyncio.sleep(1)
+
+    async def wait(self, timeout: float) -> list[dict[str, Any]] | None:
+        return await self._queue.wait(timeout)
+
+    async def close(self) -> None:
+        if self._receiving is None:
+            return
+        self._receiving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._receiving
+        with contextlib.suppress(*LAYER_ERRORS):
+            await get_channel_layer().group_discard(self.group, self._channel)
