@@ -107,8 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
+                # The peers take our steps figures from the tables measured before them.
+                tables = peers.run(options, measured) if module is peers else module.run(options)
                 # Closing a generator cut short by a failure or SIGTERM stops what it started.
-                with closing(module.run(options)) as tables:
+                with closing(tables) as tables:
                     for table in tables:
                         print(table.render() + "\n", flush=True)
                         measured.append(table)
