@@ -42,6 +42,7 @@ LEGEND = (
 TITLE = "Agent steps on Celery workers vs raw baselines"
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PROCESSES = 2
+WORKER_APPLICATION_NAME = "helix-bench-worker"
 CONCURRENT_SESSIONS = (1, 50)
 # Ours over the raw floor in steps per second, at most: a step costs little beyond the floor.
 FLOOR_RATIO_TARGETS = {1: 2.0, 50: 1.5}
@@ -206,6 +207,8 @@ def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
         "HELIX_AGENTS": "bench.agents",
         "DEBUG": "false",
         "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
+        # PostgreSQL names the workers' connections so (`pg_stat_activity.application_name`).
+        "PGAPPNAME": WORKER_APPLICATION_NAME,
         **env,
     }
     with tempfile.TemporaryDirectory(prefix="helix-bench-workers-") as folder:

@@ -38,6 +38,7 @@ LEGEND = (
 SUBSCRIBER_COUNTS = (1, 10, 100)
 DELIVERY_P50_TARGETS = {1: 2.0, 10: 2.0, 100: 4.0}
 SSE_SUBSCRIBERS = 10
+DAPHNE_APPLICATION_NAME = "helix-bench-daphne"
 REPLAY_CHUNKS, QUICK_REPLAY_CHUNKS = 10_000, 2_000
 REPLAYS, QUICK_REPLAYS = 5, 2
 REPLAY_TARGET_MS = 1000.0
@@ -202,6 +203,7 @@ def daphne_env(database: dict[str, Any]) -> dict[str, str]:
         ),
         "REDIS_URL": settings.REDIS_URL,
         "DATABASE_POOL_MAX_SIZE": "4",
+        "PGAPPNAME": DAPHNE_APPLICATION_NAME,  # The connections' name in `pg_stat_activity`.
         "DEBUG": "true",
         "PYTHONUNBUFFERED": "1",
     }

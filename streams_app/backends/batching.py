@@ -87,8 +87,13 @@ class BatchedWriter:
 
         A step holds its writer across its commit, from before the transaction begins: on
         SQLite, whose transactions lock the whole database, a flusher write waiting on the
-        commit while the commit waited on that write would stall both.
+        commit while the commit waited on that write would stall both. For the same reason the
+        caller gives its pooled connection back before it waits: the flusher's write may need
+        one, and with every pooled connection held by steps waiting on it, it would wait out
+        the pool's timeout.
         """
+        if not connection.in_atomic_block:
+            release_connection()
         with self._writing:
             yield
         with self._queue:

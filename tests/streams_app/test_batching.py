@@ -2,11 +2,12 @@
 stores several streams' queued chunks in one call, within its delay; writes in a transaction go
 straight through with it; a refusal the flusher meets reaches the writer's owner."""
 
+import contextlib
 import threading
 import time
 
 import pytest
-from django.db import transaction
+from django.db import connection, connections, transaction
 
 from streams_app.backends.batching import BatchedWriter, Flusher
 from streams_app.backends.orm import ORMStreamManager
@@ -142,3 +143,38 @@ def test_a_refusal_the_flusher_met_is_raised_to_the_writers_owner(manager, flush
     with pytest.raises(WriterSuperseded):
         writer.write(text("later still"))
     assert stored(manager, "st") == []
+
+
+@pytest.mark.postgres
+def test_steps_waiting_on_the_flusher_leave_it_a_pooled_connection(manager, flusher):
+    """More steps than the pool has connections each hold one and then wait on the flusher's
+    write of their chunks, as a commit does; the flusher needs a connection for that write."""
+    steps = connection.pool.max_size + 2
+    writers = [batched(manager, flusher, f"pooled-{n}") for n in range(steps)]
+    all_hold_one = threading.Barrier(steps)
+    done: list[str] = []
+
+    def step(writer: BatchedWriter) -> None:
+        try:
+            writer.write(text("delta"))
+            with contextlib.suppress(threading.BrokenBarrierError):
+                all_hold_one.wait(timeout=2)  # Some wait for a connection: the pool is too small.
+            with connection.cursor() as cursor:  # Talk to the database: hold a connection.
+                cursor.execute("SELECT 1")
+            time.sleep(DELAY * 2)  # The flusher takes the queued chunks meanwhile.
+            with writer.held():  # The commit: it waits out the flusher's write.
+                writer.flush()
+            done.append(writer.stream_id)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=step, args=(writer,)) for writer in writers]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=20)
+
+    assert sorted(done) == sorted(w.stream_id for w in writers)
+    assert time.monotonic() - started < 10  # Far within the pool's 30 s wait for a connection.
+    assert all(stored(manager, w.stream_id) == ["delta"] for w in writers)
