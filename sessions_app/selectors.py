@@ -25,8 +25,23 @@ def session_for_user(*, session_id: str, user: AbstractBaseUser | AnonymousUser)
     Raises `SessionNotFound` alike for a missing session and for another user's, so an id
     reveals nothing about sessions the caller does not own (DESIGN invariant 6).
     """
-    state = get_session_store().load_state(session_id) if user.is_authenticated else None
-    if state is None or state.owner_id != user.pk:
+    if (state := existing_session_for_user(session_id=session_id, user=user)) is None:
+        raise SessionNotFound(session_id)
+    return state
+
+
+def existing_session_for_user(
+    *, session_id: str, user: AbstractBaseUser | AnonymousUser
+) -> SessionState | None:
+    """Return the session if `user` owns it, or None if no session has that id.
+
+    Another user's session raises `SessionNotFound`, as `session_for_user` does: a caller that
+    makes a session under an id nobody uses must never take another user's.
+    """
+    if not user.is_authenticated:
+        raise SessionNotFound(session_id)
+    state = get_session_store().load_state(session_id)
+    if state is not None and state.owner_id != user.pk:
         raise SessionNotFound(session_id)
     return state
 

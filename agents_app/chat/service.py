@@ -20,7 +20,7 @@ from agents_app import conf
 from agents_app.errors import InvalidChatMessage, RunNotActive
 from agents_app.runs import control
 from agents_app.runs.services import agent_interrupt, agent_regenerate, agent_resume, agent_start
-from sessions_app.selectors import session_for_user
+from sessions_app.selectors import existing_session_for_user, session_for_user
 from sessions_app.stores import get_session_store
 
 
@@ -46,10 +46,7 @@ def chat_send(
 
     `messages` are the client's UI messages; the last one is the new user message.
     """
-    store = get_session_store()
-    state = (
-        session_for_user(session_id=chat_id, user=user) if store.session_exists(chat_id) else None
-    )
+    state = existing_session_for_user(session_id=chat_id, user=user)
     if state is not None and control.is_running(chat_id):
         return _current(chat_id)
     if state is not None and resume:

@@ -22,7 +22,7 @@ from agents_app.errors import AgentTypeMismatch, InvalidResume, RunNotActive
 from agents_app.runs import control, execution, launch
 from agents_app.runs.launch import StartedRun, begin_run
 from sessions_app.retries import retried_on_conflict
-from sessions_app.selectors import session_for_user
+from sessions_app.selectors import existing_session_for_user, session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
     Checkpoint,
@@ -100,11 +100,12 @@ def agent_start(
     then), and `interrupt` also interrupts the running one.
     """
     messages = input_messages(message)
-    store = get_session_store()
     run_id = uuid.uuid4().hex
-    existing = session_id is not None and store.session_exists(session_id)
-    if existing:
-        session_for_user(session_id=session_id, user=user)  # Ownership, before any hook.
+    # Ownership first, before any hook; a free id makes a new session.
+    existing = (
+        session_id is not None
+        and existing_session_for_user(session_id=session_id, user=user) is not None
+    )
     agent = get_registry().resolve(
         agent_type,
         AgentFactoryContext(session_id=session_id or "", run_id=run_id, user_id=user_id),

@@ -2,6 +2,8 @@
 hooks. Their first steps go to a private queue no worker reads (see `test_runtime` for runs)."""
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agents_app.definitions.agent import Agent
 from agents_app.definitions.hooks import AbortResult, AgentHooks
@@ -91,6 +93,23 @@ def test_another_users_session_is_refused_as_a_missing_one(owner, stranger):
     state = get_session_store().load_state(mine.session_id)
     assert (state.status, state.aborted, state.message_count) == (SessionStatus.ACTIVE, False, 1)
     assert get_session_store().check_interrupt_flag(mine.session_id) is None
+
+
+def test_a_start_reads_the_session_twice_and_no_execution_state_without_a_hook(owner):
+    """Once for ownership, before any hook, and once in its transaction; an agent without a
+    `before_start` hook is not given the execution state, which would read it again."""
+    session_id = services.agent_session_create(user=owner, agent_type="counter").session_id
+
+    with CaptureQueriesContext(connection) as queries:
+        services.agent_start(
+            user=owner, agent_type="counter", message="add 1", session_id=session_id
+        )
+
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    loads = [sql for sql in reads if 'LEFT OUTER JOIN "sessions_app_interruptflag"' in sql]
+    assert len(loads) == 2
+    current_runs = [sql for sql in reads if 'ORDER BY "sessions_app_run"."turn" DESC' in sql]
+    assert len(current_runs) == 1  # Is one running? Asked in the transaction only.
 
 
 def test_bad_input_and_unknown_agents_write_nothing(owner):
