@@ -87,15 +87,19 @@ class BatchedWriter:
 
         A step holds its writer across its commit, from before the transaction begins: on
         SQLite, whose transactions lock the whole database, a flusher write waiting on the
-        commit while the commit waited on that write would stall both. For the same reason the
-        caller gives its pooled connection back before it waits: the flusher's write may need
-        one, and with every pooled connection held by steps waiting on it, it would wait out
-        the pool's timeout.
+        commit while the commit waited on that write would stall both. For the same reason,
+        when the flusher is writing this writer's chunks the caller gives its pooled connection
+        back before it waits: the flusher's write may need one, and with every pooled
+        connection held by steps waiting on it, it would wait out the pool's timeout.
         """
-        if not connection.in_atomic_block:
-            release_connection()
-        with self._writing:
+        if not self._writing.acquire(blocking=False):
+            if not connection.in_atomic_block:
+                release_connection()
+            self._writing.acquire()
+        try:
             yield
+        finally:
+            self._writing.release()
         with self._queue:
             queued = bool(self._queued) and self._refusal is None
         if queued:
