@@ -76,8 +76,20 @@ class Worker:
 
     def start(self) -> "Worker":
         """Start the worker and return once it consumes its queue."""
-        app.conf.task_default_queue = self.queue  # Where this process sends tasks.
         offset = self.log.stat().st_size if self.log.exists() else 0
+        self.spawn()
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"The Celery worker exited:\n{self.read_log()}")
+            if " ready." in self.read_log(offset):
+                return self
+            time.sleep(0.1)
+        pytest.fail(f"The Celery worker was not ready within {READY_TIMEOUT:.0f} s")
+
+    def spawn(self) -> None:
+        """Start the worker's process, without waiting for it."""
+        app.conf.task_default_queue = self.queue  # Where this process sends tasks.
         with self.log.open("ab") as output:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "helix_project", "worker",
@@ -87,14 +99,6 @@ class Worker:
                 cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Its own process group: kill reaches the pool too.
             )  # fmt: skip
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"The Celery worker exited:\n{self.read_log()}")
-            if " ready." in self.read_log(offset):
-                return self
-            time.sleep(0.1)
-        pytest.fail(f"The Celery worker was not ready within {READY_TIMEOUT:.0f} s")
 
     def read_log(self, offset: int = 0) -> str:
         """Return the worker's log from `offset` bytes on."""
@@ -176,11 +180,14 @@ class Supervisor:
         return "".join(worker.read_log() for worker in self.workers)
 
     def _watch(self) -> None:
+        """Start again every worker that died, without waiting for it: one that dies again
+        before it says it is ready (a redelivered step that kills it at once) is started again
+        on the next look, as a service manager would."""
         while not self._stopping.wait(0.05):
             for worker in self.workers:
                 if worker.process.poll() is not None and not self._stopping.is_set():
                     self.restarts += 1
-                    worker.start()
+                    worker.spawn()
 
 
 class Beat:
