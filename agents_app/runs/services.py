@@ -26,6 +26,7 @@ from sessions_app.selectors import existing_session_for_user, session_for_user
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import (
     Checkpoint,
+    Message,
     MessageRole,
     SessionState,
     SessionStatus,
@@ -171,7 +172,6 @@ def agent_resume(
     the custom state, and `append_messages` (user input) are added before the run starts.
     """
     messages = input_messages(append_messages) if append_messages else []
-    store = get_session_store()
     hooks = _hooks(session_for_user(session_id=session_id, user=user))
     body = {
         "options": {
@@ -192,9 +192,7 @@ def agent_resume(
             state = _restored(state, mode, checkpoint_id)
             if modify_state:
                 state = replace(state, custom_state={**(state.custom_state or {}), **modify_state})
-            previous = store.get_current_run(session_id)
-            started = begin_run(state, uuid.uuid4().hex, messages)
-            _announce_resume(state, started.run_id, previous.run_id if previous else None)
+            started = _begin_again(state, messages)
         return state, started
 
     state, started = begin()
@@ -217,9 +215,7 @@ def agent_retry(*, user: AbstractBaseUser, session_id: str) -> StartedRun:
             checkpoint = get_session_store().get_latest_checkpoint(session_id)
             if checkpoint is not None:
                 state = _at_checkpoint(state, checkpoint)
-            previous = get_session_store().get_current_run(session_id)
-            started = begin_run(state, uuid.uuid4().hex, [])
-            _announce_resume(state, started.run_id, previous.run_id if previous else None)
+            started = _begin_again(state, [])
         return state, started
 
     state, started = begin()
@@ -324,9 +320,16 @@ def _at_checkpoint(state: SessionState, checkpoint: Checkpoint) -> SessionState:
     )
 
 
-def _announce_resume(state: SessionState, run_id: str, previous_run_id: str | None) -> None:
-    writer = get_stream_manager().create_writer(state.stream_id, run_id, state.agent_type)
-    launch.write_run_resumed(writer, state, run_id, previous_run_id=previous_run_id)
+def _begin_again(state: SessionState, messages: list[Message]) -> StartedRun:
+    """Begin a new run of a session that ran before (resume, retry), and say on its stream
+    which run it follows."""
+    previous = get_session_store().get_current_run(state.session_id)
+    started = begin_run(state, uuid.uuid4().hex, messages)
+    writer = get_stream_manager().create_writer(state.stream_id, started.run_id, state.agent_type)
+    launch.write_run_resumed(
+        writer, state, started.run_id, previous_run_id=previous.run_id if previous else None
+    )
+    return started
 
 
 def _hooks(state: SessionState) -> AgentHooks:
