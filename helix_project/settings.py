@@ -11,6 +11,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from agents_app import broker
+from sessions_app.connections import check_quiet_connection
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -115,8 +116,14 @@ def _database(url: str) -> dict:
         # threads. 0 turns it off for persistent connections (`CONN_MAX_AGE`) instead: needed
         # with a forking worker pool (`HELIX_WORKER_POOL=prefork`), whose children must not
         # inherit a pool.
+        # Its check makes a round trip only for a connection whose socket says the server
+        # ended it (`sessions_app.connections.check_quiet_connection`).
         if pool_size := env.int("DATABASE_POOL_MAX_SIZE", default=20):
-            database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
+            database["OPTIONS"]["pool"] = {
+                "min_size": 1,
+                "max_size": pool_size,
+                "check": check_quiet_connection,
+            }
         else:
             database["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
     return database

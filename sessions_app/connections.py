@@ -3,10 +3,15 @@
 A worker runs many steps at once, each in a thread that spends most of its life waiting on a
 model. With a connection pool configured (`DATABASE_POOL_MAX_SIZE`), such a thread gives its
 connection back whenever it goes quiet, so the connections a process holds are bounded by the
-pool, not by the steps in flight; its next query takes one from the pool again.
+pool, not by the steps in flight; its next query takes one from the pool again. The pool checks
+each connection it hands out with `check_quiet_connection`.
 """
 
+import select
+
+import psycopg
 from django.db import connection
+from psycopg_pool import ConnectionPool
 
 
 def release_connection() -> None:
@@ -17,3 +22,20 @@ def release_connection() -> None:
     """
     if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
         connection.close()
+
+
+def check_quiet_connection(conn: psycopg.Connection) -> None:
+    """Check a pooled connection as the pool hands it out; raise if it is broken.
+
+    A step takes a connection from the pool several times, so a round trip per checkout (the
+    pool's own check) would cost it several. An idle connection the server ended (a restart, a
+    terminated backend, an idle timeout) has said so on its socket, or closed it: only then is
+    the round trip made, and it raises, and the pool connects afresh. A quiet socket is taken
+    as sound, as a connection without a pool is.
+    """
+    if conn.closed:
+        raise psycopg.OperationalError("the pooled connection is closed")
+    quiet = select.poll()
+    quiet.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+    if quiet.poll(0):
+        ConnectionPool.check_connection(conn)

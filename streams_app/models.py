@@ -33,6 +33,8 @@ class Stream(models.Model):
     final_output = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
+    # When its status last changed or chunks were taken back (a finished stream's age, for the
+    # purge). Appends leave it, so that they update no indexed column.
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -16,6 +16,7 @@ How a run finishes (the executor enforces it; these are the pieces):
 """
 
 import copy
+import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -165,7 +166,7 @@ class Tool:
         """Return the JSON schema of the tool's input, as sent to the model."""
         if self.input_schema is not None:
             return copy.deepcopy(dict(self.input_schema))
-        return self.input_model.model_json_schema()
+        return copy.deepcopy(_model_schema(self.input_model))
 
     def parse_input(self, arguments: Mapping[str, Any]) -> BaseModel:
         """Return the validated input; raise `ToolInputInvalid` naming the problems."""
@@ -371,6 +372,12 @@ def _handled_by_the_executor(output: BaseModel, ctx: ToolContext) -> Any:
         f"{OUTPUT_TOOL_NAME} is not run: the executor passes its arguments to "
         "Agent.parse_output and finishes the run."
     )
+
+
+@functools.cache
+def _model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """Return the JSON schema of a tool's input model, built once: every step sends it."""
+    return model.model_json_schema()
 
 
 def _check_name(kind: str, name: Any) -> None:

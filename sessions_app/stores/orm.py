@@ -460,7 +460,7 @@ class ORMSessionStateStore(SessionStateStore):
             return super().claim_step(session_id, holder, ttl)
         now = timezone.now()
         expires_at = now + timedelta(seconds=ttl)
-        params = [session_id, now, holder, expires_at, holder, holder, now]
+        params = [session_id, holder, expires_at, holder, holder, now]
         # One statement locks, checks and takes the lease and returns the new row, what the
         # lease held before, and the interrupt flag: one round trip, atomic on its own.
         row = next(iter(models.AgentSession.objects.raw(sql, params)), None)
@@ -867,23 +867,14 @@ class ORMSessionStateStore(SessionStateStore):
         status = RunStatus(status)
         if step_count is not None:
             rules.check_count("step count", step_count)
-        with transaction.atomic():
+        # No savepoint in the caller's transaction (a step's end): a missing run is refused
+        # after the block, having written nothing, so that transaction stays usable.
+        with transaction.atomic(savepoint=False):
             row = models.Run.objects.select_for_update().filter(pk=run_id).first()
-            if row is None:
-                raise RunNotFound(run_id)
-            row.status = status
-            row.completed_at = rules.run_completed_at(status, completed_at)
-            update_fields = ["status", "completed_at"]
-            if metadata:
-                row.metadata = {**row.metadata, **metadata}
-                update_fields.append("metadata")
-            if step_count is not None:
-                row.step_count = step_count
-                update_fields.append("step_count")
-            if error is not None:
-                row.error = error
-                update_fields.append("error")
-            row.save(update_fields=update_fields)
+            if row is not None:
+                _write_run_status(row, status, step_count, error, completed_at, metadata)
+        if row is None:
+            raise RunNotFound(run_id)
         return _run(row)
 
     def mark_stalled_runs(self, idle_since: datetime, *, limit: int = 100) -> list[StalledRun]:
@@ -941,7 +932,7 @@ class ORMSessionStateStore(SessionStateStore):
         return True
 
     def take_queued_run(self, session_id: str) -> QueuedRun | None:
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):  # Nothing to refuse: no savepoint needed.
             row = (
                 models.QueuedRun.objects.select_for_update()
                 .filter(session_id=session_id)
@@ -1155,6 +1146,30 @@ def _fail_expired(sessions, error: str, failure_reason: str, now: datetime) -> N
         session_id__in=ids, status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]
     ).update(status=RunStatus.FAILED, error=error, completed_at=now)
     models.QueuedRun.objects.filter(session_id__in=ids).delete()
+
+
+def _write_run_status(
+    row: models.Run,
+    status: RunStatus,
+    step_count: int | None,
+    error: str | None,
+    completed_at: datetime | None,
+    metadata: Mapping[str, Any] | None,
+) -> None:
+    """Write a locked run's new status and what comes with it."""
+    row.status = status
+    row.completed_at = rules.run_completed_at(status, completed_at)
+    update_fields = ["status", "completed_at"]
+    if metadata:
+        row.metadata = {**row.metadata, **metadata}
+        update_fields.append("metadata")
+    if step_count is not None:
+        row.step_count = step_count
+        update_fields.append("step_count")
+    if error is not None:
+        row.error = error
+        update_fields.append("error")
+    row.save(update_fields=update_fields)
 
 
 def _write_state(session_id: str, version: int, **columns: Any) -> int:

@@ -192,7 +192,7 @@ def _claim_step() -> str:
     """Return the claim of a step lease: lock, check, take, and return the row, the flag and
     the current run (its columns prefixed `run_`).
 
-    Parameters: session id, now, holder, expiry, holder, holder, now. It returns no row when
+    Parameters: session id, holder, expiry, holder, holder, now. It returns no row when
     the session is missing or another holder's lease is unexpired. Taking over a lease its
     holder left counts one more abandoned attempt.
     """
@@ -205,7 +205,7 @@ def _claim_step() -> str:
         f"WITH previous AS (SELECT {identifier}, {holder}, {expires} FROM {table(session)} "
         f"WHERE {identifier} = %s FOR UPDATE), "
         f"claimed AS (UPDATE {table(session)} AS claimed SET {version} = claimed.{version} + 1, "
-        f"{column(session, 'updated_at')} = %s, {holder} = %s, {expires} = %s, "
+        f"{holder} = %s, {expires} = %s, "
         f"{abandoned} = CASE WHEN previous.{holder} IN ('', %s) THEN claimed.{abandoned} "
         f"ELSE claimed.{abandoned} + 1 END FROM previous "
         f"WHERE claimed.{identifier} = previous.{identifier} "

@@ -57,8 +57,8 @@ class InMemoryStreamManager(StreamManager):
                 reopened = stream.status != StreamStatus.ACTIVE
                 stream.run_id, stream.agent_type = run_id, agent_type
                 stream.status, stream.final_output, stream.error = StreamStatus.ACTIVE, None, ""
-                stream.updated_at = timezone.now()
                 if reopened:
+                    stream.updated_at = timezone.now()
                     self._notify(stream_id, notices.changed_notice())
             if exclusive:
                 stream.writer_epoch += 1
@@ -78,7 +78,6 @@ class InMemoryStreamManager(StreamManager):
             first = stream.last_sequence + 1
             stream.chunks.extend((first + i, step, chunk) for i, (step, chunk) in enumerate(stored))
             stream.last_sequence += len(stored)
-            stream.updated_at = timezone.now()
             self._trim(stream)
             sequenced = [(sequence, chunk) for sequence, _, chunk in stream.chunks[-len(stored) :]]
             self._notify(stream_id, notice_for(sequenced))

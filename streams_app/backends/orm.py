@@ -48,7 +48,15 @@ class ORMStreamManager(StreamManager):
             with connection.cursor() as cursor:
                 cursor.execute(
                     sql,
-                    [stream_id, run_id, agent_type, ACTIVE, timezone.now(), int(exclusive)],
+                    [
+                        stream_id,
+                        run_id,
+                        agent_type,
+                        ACTIVE,
+                        ACTIVE,
+                        timezone.now(),
+                        int(exclusive),
+                    ],
                 )
                 opened = cursor.fetchone()
         if opened is None:
@@ -73,14 +81,15 @@ class ORMStreamManager(StreamManager):
             Stream.objects.bulk_create([Stream(id=stream_id)], ignore_conflicts=True)
             locked = _lock(stream_id, "status", "writer_epoch", "last_sequence")
             writer_epoch = locked["writer_epoch"] + (1 if exclusive else 0)
+            reopened = {} if locked["status"] == ACTIVE else {"updated_at": timezone.now()}
             _stream(stream_id).update(
                 run_id=run_id,
                 agent_type=agent_type,
                 status=StreamStatus.ACTIVE,
                 final_output=None,
                 error="",
-                updated_at=timezone.now(),
                 writer_epoch=writer_epoch,
+                **reopened,
             )
         return writer_epoch, locked["status"], locked["last_sequence"]
 
@@ -92,7 +101,7 @@ class ORMStreamManager(StreamManager):
         to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
         fence = [] if epoch is None else [epoch]
         reserve = sql.reserve if epoch is None else sql.reserve_fenced
-        reserve_params = [len(chunks), len(chunks), now, stream_id, ACTIVE, *fence]
+        reserve_params = [len(chunks), len(chunks), stream_id, ACTIVE, *fence]
         if sql.append is not None and self.max_chunks is None:
             # One statement reserves and inserts: one round trip, atomic on its own.
             with connection.cursor() as cursor:
@@ -165,7 +174,6 @@ class ORMStreamManager(StreamManager):
                     [batch.stream_id for batch in batches],
                     [batch.epoch for batch in batches],
                     [len(batch.chunks) for batch in batches],
-                    now,
                     ACTIVE,
                     now,
                     [batch.stream_id for batch, _ in chunks],
@@ -320,13 +328,14 @@ class ORMStreamManager(StreamManager):
         _stream(stream_id).update(chunk_count=self.max_chunks, trimmed_through=cut)
 
     def _finish(self, stream_id: str, status: StreamStatus, action: str, **fields: Any) -> None:
-        with transaction.atomic():
-            current = _lock(stream_id, "status")["status"]
-            if current == status:
-                return
-            check_can(stream_id, current, action, LIVE_STATUSES)
-            _stream(stream_id).update(status=status, updated_at=timezone.now(), **fields)
+        # One statement finishes a live stream; only when it finds none does it look why.
+        live = _stream(stream_id).filter(status__in=LIVE_STATUSES)
+        if live.update(status=status, updated_at=timezone.now(), **fields):
             _ring_changed(stream_id)
+            return
+        current = _require(stream_id, "status")["status"]
+        if current != status:
+            check_can(stream_id, current, action, LIVE_STATUSES)
 
     def _move(
         self, stream_id: str, sources: set[StreamStatus], target: StreamStatus, action: str
@@ -378,8 +387,7 @@ def _write_statements(vendor: str) -> _WriteStatements:
         for name in ("stream", "sequence", "step", "type", "chunk", "created_at")
     )
     update = (
-        f"UPDATE {table(Stream)} SET {last} = {last} + %s, {count} = {count} + %s, "
-        f"{column(Stream, 'updated_at')} = %s "
+        f"UPDATE {table(Stream)} SET {last} = {last} + %s, {count} = {count} + %s "
         f"WHERE {column(Stream, 'id')} = %s AND {column(Stream, 'status')} = %s"
     )
     fenced = f"{update} AND {column(Stream, 'writer_epoch')} = %s"
@@ -405,7 +413,9 @@ def _write_statements(vendor: str) -> _WriteStatements:
         f"UPDATE {table(Stream)} AS opened SET {column(Stream, 'run_id')} = %s, "
         f"{column(Stream, 'agent_type')} = %s, {status} = %s, "
         f"{column(Stream, 'final_output')} = NULL, {column(Stream, 'error')} = '', "
-        f"{column(Stream, 'updated_at')} = %s, {epoch} = opened.{epoch} + %s FROM previous "
+        f"{column(Stream, 'updated_at')} = CASE WHEN previous.{status} = %s "
+        f"THEN opened.{column(Stream, 'updated_at')} ELSE %s END, "
+        f"{epoch} = opened.{epoch} + %s FROM previous "
         f"WHERE opened.{identifier} = previous.{identifier} "
         f"RETURNING opened.{epoch}, previous.{status}, opened.{column(Stream, 'last_sequence')}"
     )
@@ -413,8 +423,8 @@ def _write_statements(vendor: str) -> _WriteStatements:
         "WITH batch AS (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) "
         "AS batch(stream_id, epoch, size)), "
         f"reserved AS (UPDATE {table(Stream)} AS stream "
-        f"SET {last} = stream.{last} + batch.size, {count} = stream.{count} + batch.size, "
-        f"{column(Stream, 'updated_at')} = %s FROM batch "
+        f"SET {last} = stream.{last} + batch.size, {count} = stream.{count} + batch.size "
+        "FROM batch "
         f"WHERE stream.{identifier} = batch.stream_id AND stream.{status} = %s "
         f"AND (batch.epoch IS NULL OR stream.{epoch} = batch.epoch) "
         f"RETURNING stream.{identifier} AS stream_id, stream.{last} AS last, batch.size), "

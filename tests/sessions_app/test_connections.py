@@ -1,0 +1,60 @@
+"""The pool's check of a connection it hands out (`check_quiet_connection`), on PostgreSQL: a
+quiet connection goes out without a round trip; one whose backend the server ended is found
+out, and the pool hands out a working one instead."""
+
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+from psycopg_pool import ConnectionPool
+
+from sessions_app.connections import check_quiet_connection
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
+
+
+@pytest.fixture
+def pool():
+    params = connection.get_connection_params()
+    pool = ConnectionPool(
+        kwargs={**params, "autocommit": True},
+        min_size=1,
+        max_size=1,
+        check=check_quiet_connection,
+        open=True,
+    )
+    yield pool
+    pool.close()
+
+
+def last_query(pid: int) -> str:
+    """Return what the backend `pid` last ran, as the server saw it."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as watcher:
+        row = watcher.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid])
+        return row.fetchone()[0]
+
+
+def test_a_quiet_connection_is_handed_out_without_a_round_trip(pool):
+    with pool.connection() as conn:
+        pid = conn.info.backend_pid
+        conn.execute("SELECT 'last words'")
+
+    with pool.connection() as conn:
+        assert conn.info.backend_pid == pid  # The same connection, checked on the way out,
+        assert last_query(pid) == "SELECT 'last words'"  # and the server heard nothing.
+
+
+def test_a_connection_the_server_ended_is_replaced_before_it_is_handed_out(pool):
+    with pool.connection() as conn:
+        ended = conn.info.backend_pid
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [ended])
+        deadline = time.monotonic() + 10
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [ended]).fetchone():
+            assert time.monotonic() < deadline, "the backend did not end"
+            time.sleep(0.01)
+
+    with pool.connection() as conn:
+        assert conn.info.backend_pid != ended
+        assert conn.execute("SELECT 41 + 1").fetchone() == (42,)
