@@ -5,12 +5,13 @@ A script is a function ``(request, context) -> Turn``. The adapter takes it from
 agent's `llm` config), else from the registry by agent type, else it echoes the last user
 message.
 
-A turn plays as: its reasoning, then its text, as deltas of a few words each, `delay` seconds
-before each; then its tool calls, with ids derived from the run, the step and their position,
-so a step run again asks for the same calls; then usage (words stand in for tokens) and
-`Finish`. A turn's `error` is raised after `error_after` text deltas (by default after all of
-them), before any tool call. `close()` from any thread ends the iteration within one delay,
-quietly (`LLMStream`).
+A turn plays as: its reasoning, then its text, as deltas of a few words each, the k-th due `k *
+delay` seconds after the turn began (on its own clock, as a model server streams: a reader that
+falls behind finds the next deltas waiting, and the reply takes no longer); then its tool calls,
+with ids derived from the run, the step and their position, so a step run again asks for the
+same calls; then usage (words stand in for tokens) and `Finish`. A turn's `error` is raised
+after `error_after` text deltas (by default after all of them), before any tool call. `close()`
+from any thread ends the iteration within one delay, quietly (`LLMStream`).
 
 The step is the number of assistant replies since the last user message: 0 when a turn starts.
 """
@@ -18,6 +19,7 @@ The step is the number of assistant replies since the last user message: 0 when 
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,13 +185,14 @@ class ScriptedStream:
             *map(TextDelta, word_pieces(turn.text)),
         ]
         texts = 0
-        for delta in deltas:
+        began = time.monotonic()
+        for due, delta in enumerate(deltas, start=1):
             if isinstance(delta, TextDelta):
                 if turn.error is not None and texts == turn.error_after:
                     raise turn.error.with_traceback(None)
                 texts += 1
             if turn.delay:
-                self._closed.wait(turn.delay)
+                self._closed.wait(max(0.0, began + due * turn.delay - time.monotonic()))
             yield delta
         if turn.error is not None:
             raise turn.error.with_traceback(None)

@@ -258,6 +258,26 @@ def test_closing_from_another_thread_stops_a_slow_stream_within_one_delay():
     assert all(isinstance(e, TextDelta) for e in got)
 
 
+def test_deltas_are_due_on_the_turns_own_clock_so_a_late_reader_finds_them_waiting():
+    text = " ".join(["word"] * 45)
+    stream = ScriptedAdapter({"script": lambda r, c: Turn(text=text, delay=0.02)}, CONTEXT).stream(
+        request()
+    )
+    due = len(word_pieces(text)) * 0.02
+
+    started = time.monotonic()
+    arrived = []
+    for event in stream:
+        if isinstance(event, TextDelta):
+            arrived.append(time.monotonic() - started)
+            if len(arrived) == 2:
+                time.sleep(0.2)  # The reader falls ten deltas behind.
+
+    assert arrived[0] >= 0.02  # None comes before it is due,
+    assert arrived[-1] >= due
+    assert arrived[-1] < due + 0.15  # and the reply takes no longer for the reader's absence.
+
+
 def test_a_stream_closed_before_iteration_yields_nothing_and_runs_no_script():
     calls = []
     adapter = ScriptedAdapter(
