@@ -103,10 +103,10 @@ def agent_start(
     messages = input_messages(message)
     run_id = uuid.uuid4().hex
     # Ownership first, before any hook; a free id makes a new session.
-    existing = (
-        session_id is not None
-        and existing_session_for_user(session_id=session_id, user=user) is not None
+    found = (
+        None if session_id is None else existing_session_for_user(session_id=session_id, user=user)
     )
+    existing = found is not None
     agent = get_registry().resolve(
         agent_type,
         AgentFactoryContext(session_id=session_id or "", run_id=run_id, user_id=user_id),
@@ -122,11 +122,17 @@ def agent_start(
     }
     execution.before(hooks.before_start, body, session_id if existing else None)
     policy = launch.concurrency_policy()
+    # The session read for ownership serves the first try unless a hook ran since; a try
+    # again after a conflict reads it afresh.
+    unread = [] if hooks.before_start is not None else [found]
 
     @retried_on_conflict
     def begin() -> StartedRun:
         with transaction.atomic():
-            state = session_for_user(session_id=session_id, user=user) if existing else None
+            if unread:
+                state = unread.pop()
+            else:
+                state = session_for_user(session_id=session_id, user=user) if existing else None
             if state is None:
                 state = _create_session(
                     agent,

@@ -122,26 +122,25 @@ class Ending:
         if there is one, begins in the same transaction and its chunks follow on the stream;
         otherwise the stream ends (or fails with `error`).
         """
-        with writer.held():
-            writer.flush()  # What it streamed is stored first: the transaction holds the end.
-            with transaction.atomic():
-                yield
-                self.store.update_run_status(
-                    self.run_record.run_id, status, step_count=self.step, error=error
-                )
-                match status:
-                    case RunStatus.COMPLETED:
-                        writer.write(self._chunk(chunks.RunCompleted, output=output))
-                    case RunStatus.INTERRUPTED:
-                        writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
-                    case RunStatus.FAILED:
-                        writer.write(self._chunk(chunks.RunFailed, error=error))
-                if launch.begin_queued_run(self.session_id) is None:
-                    if status == RunStatus.FAILED:
-                        self.streams.fail_stream(self.state.stream_id, error)
-                    else:
-                        self.streams.end_stream(self.state.stream_id, output)
-                children.notify_parent(self.state)
+        with writer.held(), transaction.atomic():
+            writer.flush()  # What it streamed commits first in the transaction, then the end.
+            yield
+            self.store.update_run_status(
+                self.run_record.run_id, status, step_count=self.step, error=error
+            )
+            match status:
+                case RunStatus.COMPLETED:
+                    writer.write(self._chunk(chunks.RunCompleted, output=output))
+                case RunStatus.INTERRUPTED:
+                    writer.write(self._chunk(chunks.RunInterrupted, reason=reason))
+                case RunStatus.FAILED:
+                    writer.write(self._chunk(chunks.RunFailed, error=error))
+            if launch.begin_queued_run(self.session_id) is None:
+                if status == RunStatus.FAILED:
+                    self.streams.fail_stream(self.state.stream_id, error)
+                else:
+                    self.streams.end_stream(self.state.stream_id, output)
+            children.notify_parent(self.state)
         self._on_complete(status, result=output, error=error)
 
     def _step_messages(self, reply: Reply, outcomes: list[ToolOutcome]) -> list[Message]:
@@ -197,29 +196,33 @@ class Ending:
         )
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         # The writer is held from before the transaction begins (see `BatchedWriter.held`).
-        with writer.held(), tracing.span("commit", status=status.value):
-            writer.flush()  # What it streamed is stored first, up to the checkpoint's sequence.
-            with transaction.atomic():
-                committed = self.store.save_state_and_promote_staging(
-                    self.session_id,
-                    state,
-                    messages,
-                    CheckpointMeta(
-                        step_id=self.step_id,
-                        step_count=self.step,
-                        stream_sequence=writer.last_sequence,
-                        run_id=self.run_record.run_id,
-                        timings=self._timings(outcomes),
-                    ),
-                    expected_version=self.state.version,
-                    release_lease_of=None if keep_lease else self.holder,
-                    stage=changes,
-                    forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
-                )
-                get_usage_store().record_entries(self._usage(reply, outcomes))
-                if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
-                    stored = AgentState(state=custom_state, version=committed.new_version)
-                    transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
+        # No savepoint when the run's end or suspension holds the transaction: all or nothing.
+        with (
+            writer.held(),
+            tracing.span("commit", status=status.value),
+            transaction.atomic(savepoint=False),
+        ):
+            writer.flush()  # What it streamed commits with it, up to the checkpoint's sequence.
+            committed = self.store.save_state_and_promote_staging(
+                self.session_id,
+                state,
+                messages,
+                CheckpointMeta(
+                    step_id=self.step_id,
+                    step_count=self.step,
+                    stream_sequence=writer.last_sequence,
+                    run_id=self.run_record.run_id,
+                    timings=self._timings(outcomes),
+                ),
+                expected_version=self.state.version,
+                release_lease_of=None if keep_lease else self.holder,
+                stage=changes,
+                forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
+            )
+            get_usage_store().record_entries(self._usage(reply, outcomes))
+            if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
+                stored = AgentState(state=custom_state, version=committed.new_version)
+                transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
         metrics.STEPS_COMMITTED.labels(self.state.agent_type).inc()
 
     def _usage(self, reply: Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:

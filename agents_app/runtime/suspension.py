@@ -69,41 +69,40 @@ class Suspension:
             reason, status = "step_partial", SessionStatus.SUSPENDED_STEP_PARTIAL
         else:
             reason, status = "client_tool", SessionStatus.SUSPENDED_CLIENT_TOOL
-        with writer.held():
-            writer.flush()  # What it streamed is stored first: the transaction holds the rest.
-            with transaction.atomic():
-                for call in held:
-                    fields = {
-                        "tool_call_id": call.id,
-                        "tool_name": call.name,
-                        "input": call.arguments,
-                    }
-                    writer.write(self._chunk(chunks.ToolCallStart, **fields))
-                    if pending.get(call.id, {}).get("kind") == "approval":
-                        writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
-                awaited = {
-                    call.id: {**self._await_child(writer, call), "order": order[call.id]}
-                    for call in children
+        with writer.held(), transaction.atomic():
+            writer.flush()  # What it streamed commits first in the transaction, then the rest.
+            for call in held:
+                fields = {
+                    "tool_call_id": call.id,
+                    "tool_name": call.name,
+                    "input": call.arguments,
                 }
-                writer.write(
-                    self._chunk(
-                        chunks.RunSuspended,
-                        reason=reason,
-                        pending_tool_call_ids=[call.id for call in held],
-                    )
+                writer.write(self._chunk(chunks.ToolCallStart, **fields))
+                if pending.get(call.id, {}).get("kind") == "approval":
+                    writer.write(self._chunk(chunks.ToolApprovalRequest, **fields))
+            awaited = {
+                call.id: {**self._await_child(writer, call), "order": order[call.id]}
+                for call in children
+            }
+            writer.write(
+                self._chunk(
+                    chunks.RunSuspended,
+                    reason=reason,
+                    pending_tool_call_ids=[call.id for call in held],
                 )
-                self._commit(
-                    writer,
-                    self._step_messages(reply, outcomes),
-                    outcomes,
-                    reply,
-                    status,
-                    pending=pending,
-                    awaited=awaited,
-                )
-                self.store.update_run_status(
-                    self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
-                )
+            )
+            self._commit(
+                writer,
+                self._step_messages(reply, outcomes),
+                outcomes,
+                reply,
+                status,
+                pending=pending,
+                awaited=awaited,
+            )
+            self.store.update_run_status(
+                self.run_record.run_id, RunStatus.SUSPENDED, step_count=self.step
+            )
         return StepOutcome()
 
     def _await_child(self, writer: BatchedWriter, call: ToolCall) -> dict[str, Any]:

@@ -43,24 +43,14 @@ class ORMStreamManager(StreamManager):
     ) -> StreamWriter:
         check_identifier("stream id", stream_id)
         sql = _write_statements(connection.vendor).open_writer
-        opened = None
-        if sql is not None:  # One statement opens an existing stream: one round trip.
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    sql,
-                    [
-                        stream_id,
-                        run_id,
-                        agent_type,
-                        ACTIVE,
-                        ACTIVE,
-                        timezone.now(),
-                        int(exclusive),
-                    ],
-                )
-                opened = cursor.fetchone()
-        if opened is None:
+        if sql is None:
             opened = self._open(stream_id, run_id, agent_type, exclusive)
+        else:  # One statement creates or opens the stream: one round trip.
+            now = timezone.now()
+            params = [stream_id, stream_id, run_id, agent_type, ACTIVE, int(exclusive), now, now]
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [*params, ACTIVE])
+                opened = cursor.fetchone()
         writer_epoch, previous_status, last_sequence = opened
         if previous_status != ACTIVE:
             _ring_changed(stream_id)
@@ -76,7 +66,8 @@ class ORMStreamManager(StreamManager):
     def _open(
         self, stream_id: str, run_id: str, agent_type: str, exclusive: bool
     ) -> tuple[int, str, int]:
-        """Create or reopen the stream; return its writer epoch, previous status, last sequence."""
+        """Create or reopen the stream where no one statement does (SQLite); return its writer
+        epoch, its status before, and its last sequence."""
         with transaction.atomic():
             Stream.objects.bulk_create([Stream(id=stream_id)], ignore_conflicts=True)
             locked = _lock(stream_id, "status", "writer_epoch", "last_sequence")
@@ -372,9 +363,10 @@ class _WriteStatements:
     # stream id, position in its batch (from 1), step, type and JSON as arrays. Returns each
     # stream it stored chunks in with its new last sequence.
     append_batches: str | None
-    # Opens an existing stream to a run's writer (PostgreSQL): parameters stream id, run id,
-    # agent type, status, now, and 1 to fence earlier writers off, else 0. Returns the
-    # writer epoch and the status before, or no row when the stream does not exist.
+    # Creates or opens a stream to a run's writer (PostgreSQL): parameters stream id twice, run
+    # id, agent type, the active status, 1 to fence earlier writers off (else 0), now twice,
+    # and the active status again. Returns the writer epoch, the status before (active for a
+    # new stream) and the last sequence.
     open_writer: str | None
 
 
@@ -407,17 +399,29 @@ def _write_statements(vendor: str) -> _WriteStatements:
         )
 
     identifier, status, epoch = (column(Stream, name) for name in ("id", "status", "writer_epoch"))
+    updated = column(Stream, "updated_at")
+    inserted = ", ".join(
+        column(Stream, name)
+        for name in (
+            "id", "run_id", "agent_type", "status", "last_sequence", "trimmed_through",
+            "chunk_count", "writer_epoch", "final_output", "error", "created_at", "updated_at",
+        )
+    )  # fmt: skip
     open_writer = (
         f"WITH previous AS (SELECT {identifier}, {status} FROM {table(Stream)} "
-        f"WHERE {identifier} = %s FOR UPDATE) "
-        f"UPDATE {table(Stream)} AS opened SET {column(Stream, 'run_id')} = %s, "
-        f"{column(Stream, 'agent_type')} = %s, {status} = %s, "
-        f"{column(Stream, 'final_output')} = NULL, {column(Stream, 'error')} = '', "
-        f"{column(Stream, 'updated_at')} = CASE WHEN previous.{status} = %s "
-        f"THEN opened.{column(Stream, 'updated_at')} ELSE %s END, "
-        f"{epoch} = opened.{epoch} + %s FROM previous "
-        f"WHERE opened.{identifier} = previous.{identifier} "
-        f"RETURNING opened.{epoch}, previous.{status}, opened.{column(Stream, 'last_sequence')}"
+        f"WHERE {identifier} = %s FOR UPDATE), "
+        f"opened AS (INSERT INTO {table(Stream)} AS stream ({inserted}) "
+        "VALUES (%s, %s, %s, %s, 0, 0, 0, %s, NULL, '', %s, %s) "
+        f"ON CONFLICT ({identifier}) DO UPDATE SET "
+        + ", ".join(
+            f"{column(Stream, name)} = EXCLUDED.{column(Stream, name)}"
+            for name in ("run_id", "agent_type", "status", "final_output", "error")
+        )
+        + f", {updated} = CASE WHEN stream.{status} = EXCLUDED.{status} THEN stream.{updated} "
+        f"ELSE EXCLUDED.{updated} END, {epoch} = stream.{epoch} + EXCLUDED.{epoch} "
+        f"RETURNING stream.{epoch}, stream.{column(Stream, 'last_sequence')}) "
+        f"SELECT opened.{epoch}, COALESCE(previous.{status}, %s), "
+        f"opened.{column(Stream, 'last_sequence')} FROM opened LEFT JOIN previous ON TRUE"
     )
     append_batches = (
         "WITH batch AS (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) "

@@ -95,21 +95,38 @@ def test_another_users_session_is_refused_as_a_missing_one(owner, stranger):
     assert get_session_store().check_interrupt_flag(mine.session_id) is None
 
 
-def test_a_start_reads_the_session_twice_and_no_execution_state_without_a_hook(owner):
-    """Once for ownership, before any hook, and once in its transaction; an agent without a
-    `before_start` hook is not given the execution state, which would read it again."""
+def test_a_start_without_a_hook_reads_the_session_once_and_no_execution_state(owner):
+    """For ownership, before anything else; its transaction begins from what that read. An
+    agent without a `before_start` hook is not given the execution state, which would read
+    the session again."""
     session_id = services.agent_session_create(user=owner, agent_type="counter").session_id
 
     with CaptureQueriesContext(connection) as queries:
-        services.agent_start(
+        started = services.agent_start(
             user=owner, agent_type="counter", message="add 1", session_id=session_id
         )
 
     reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
     loads = [sql for sql in reads if 'LEFT OUTER JOIN "sessions_app_interruptflag"' in sql]
-    assert len(loads) == 2
+    assert len(loads) == 1
     current_runs = [sql for sql in reads if 'ORDER BY "sessions_app_run"."turn" DESC' in sql]
     assert len(current_runs) == 1  # Is one running? Asked in the transaction only.
+    assert started.session_id == session_id
+    assert get_session_store().get_current_run(session_id).run_id == started.run_id
+
+
+def test_a_start_reads_the_session_again_after_its_before_start_hook(owner, hooked):
+    """The hook may change the session (it may interrupt its run): the start's transaction
+    reads it afresh."""
+    session_id = services.agent_session_create(user=owner, agent_type="hooked").session_id
+
+    with CaptureQueriesContext(connection) as queries:
+        services.agent_start(user=owner, agent_type="hooked", message="Hi", session_id=session_id)
+
+    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
+    loads = [sql for sql in reads if 'LEFT OUTER JOIN "sessions_app_interruptflag"' in sql]
+    assert len(loads) == 3  # Ownership, the hook's execution state, then the transaction's.
+    assert hooked["before"][1] is False
 
 
 def test_bad_input_and_unknown_agents_write_nothing(owner):
