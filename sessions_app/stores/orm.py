@@ -463,14 +463,14 @@ class ORMSessionStateStore(SessionStateStore):
         params = [session_id, holder, expires_at, holder, holder, now]
         # One statement locks, checks and takes the lease and returns the new row, what the
         # lease held before, and the interrupt flag: one round trip, atomic on its own.
-        row = next(iter(models.AgentSession.objects.raw(sql, params)), None)
-        if row is None:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchone()
+            names = [column.name for column in cursor.description]
+        if found is None:
             _require(session_id)
             return None
-        flag = None
-        if row.flag_set_at is not None:
-            flag = models.InterruptFlag(session=row, reason=row.flag_reason, set_at=row.flag_set_at)
-        models.AgentSession.interrupt_flag.related.set_cached_value(row, flag)
+        row = _claimed_row(dict(zip(names, found, strict=True)))
         taken_over = row.previous_holder not in ("", holder)
         lease = Lease(version=row.version, taken_over=taken_over, abandoned=row.lease_abandoned)
         return StepClaim(lease=lease, state=_session_state(row), run=_claimed_run(row))
@@ -1314,12 +1314,13 @@ def _columns(fields: dict[str, Any]) -> dict[str, Any]:
 # Rows to typed values
 
 
-def _session_state(row: models.AgentSession) -> SessionState:
+def _session_state(row: models.AgentSession | SimpleNamespace) -> SessionState:
     suspension = row.suspension_context or {}
     try:
-        flag = _interrupt_flag(row.interrupt_flag)
+        flag_row = row.interrupt_flag
     except models.InterruptFlag.DoesNotExist:
-        flag = None
+        flag_row = None
+    flag = None if flag_row is None else _interrupt_flag(flag_row)
     return SessionState(
         session_id=row.id,
         agent_type=row.agent_type,
@@ -1382,6 +1383,37 @@ def _session_summary(row: dict[str, Any]) -> SessionSummary:
 
 
 @functools.cache
+def _session_converters(vendor: str) -> dict[str, tuple[str, Any, list[Callable]]]:
+    """Return, per column of a session row, its field's attribute name, and its column and
+    converters as the ORM applies them."""
+    converters = {}
+    for field in models.AgentSession._meta.concrete_fields:
+        expression = field.get_col(models.AgentSession._meta.db_table)
+        found = connection.ops.get_db_converters(expression) + field.get_db_converters(connection)
+        converters[field.column] = (field.attname, expression, found)
+    return converters
+
+
+def _claimed_row(values: dict[str, Any]) -> SimpleNamespace:
+    """Return a step claim's row as the session's fields, converted as the ORM would, beside
+    the claim's own columns (`previous_holder`, the flag's and the run's): no model instance,
+    which would cost more than the statement."""
+    row = SimpleNamespace()
+    for name, (attname, expression, converters) in _session_converters(connection.vendor).items():
+        value = values.pop(name)
+        for convert in converters:
+            value = convert(value, expression, connection)
+        setattr(row, attname, value)
+    vars(row).update(values)
+    row.interrupt_flag = (
+        None
+        if row.flag_set_at is None
+        else SimpleNamespace(reason=row.flag_reason, set_at=row.flag_set_at)
+    )
+    return row
+
+
+@functools.cache
 def _message_converters(vendor: str) -> list[tuple[int, Any, list[Callable]]]:
     """Return, per column of MESSAGE_COLUMNS, the converters the ORM applies to its values."""
     converters = []
@@ -1433,7 +1465,7 @@ def _compaction(row: models.Compaction) -> Compaction:
     )
 
 
-def _interrupt_flag(row: models.InterruptFlag) -> InterruptFlagInfo:
+def _interrupt_flag(row: models.InterruptFlag | SimpleNamespace) -> InterruptFlagInfo:
     return InterruptFlagInfo(reason=row.reason or None, set_at=row.set_at)
 
 
@@ -1465,7 +1497,7 @@ def _run(row: models.Run) -> RunRecord:
     )
 
 
-def _claimed_run(row: models.AgentSession) -> RunRecord | None:
+def _claimed_run(row: SimpleNamespace) -> RunRecord | None:
     """Return the current run a step claim read beside the session (`CLAIMED_RUN_FIELDS`)."""
     if row.run_id is None:
         return None
