@@ -12,7 +12,7 @@ from psycopg.types.json import Jsonb
 # reserves the sequences under the stream's row lock while its INSERT stores the chunks.
 APPEND_CHUNKS = (
     'WITH reserved AS (UPDATE "streams_app_stream" SET "last_sequence" = "last_sequence" + %s, '
-    '"chunk_count" = "chunk_count" + %s, "updated_at" = %s WHERE "id" = %s AND "status" = %s '
+    '"chunk_count" = "chunk_count" + %s WHERE "id" = %s AND "status" = %s '
     'RETURNING "last_sequence") INSERT INTO "streams_app_streamchunk" ("stream_id", "sequence", '
     '"step", "type", "chunk", "created_at") SELECT %s, reserved."last_sequence" - %s + '
     "chunk.position, chunk.step, chunk.type, chunk.body, %s FROM reserved, "
@@ -59,7 +59,7 @@ class RawChunkWriter:
         """Append one chunk in one autocommitted statement; return its sequence."""
         now = datetime.now(UTC)
         with self.connection.cursor() as cursor:
-            reserve = [1, 1, now, stream_id, "active"]
+            reserve = [1, 1, stream_id, "active"]
             insert = [stream_id, 1, now, [chunk["step"]], [chunk["type"]], [Jsonb(chunk)]]
             cursor.execute(APPEND_CHUNKS, [*reserve, *insert])
             row = cursor.fetchone()
