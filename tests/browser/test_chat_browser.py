@@ -7,6 +7,7 @@ saves a screenshot of where it ends under `$HELIX_ARTIFACTS_DIR/screenshots/`.
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,6 +191,29 @@ def test_an_approved_tool_call_runs_and_the_reply_follows(page: Page):
     expect(page.locator(STATUS)).to_have_text("completed")
     expect(transfer.get_by_role("button", name="Approve")).to_have_count(0)
     screenshot(page, "approved-tool-call")
+
+
+def test_an_answer_whose_response_comes_late_keeps_what_the_stream_told_since(page: Page):
+    """The resumed run may run the approved call, and the stream say so, before the answer's
+    own response is back: the page keeps the call's result, not its "approved"."""
+    page.goto("/chat/chat-approver/")
+    send(page, "pay")
+    transfer = tool(page, "transfer")
+    expect(transfer.locator(".helix-tool__state")).to_have_text("awaiting approval")
+
+    def late(route) -> None:
+        response = route.fetch()  # The approval is made; the run goes on meanwhile.
+        time.sleep(2)
+        route.fulfill(response=response)
+
+    page.route("**/submit-tool-result", late)
+    # The page opens a new stream socket once it has the answer's response.
+    with page.expect_websocket(lambda socket: "/stream?" in socket.url, timeout=30_000):
+        transfer.get_by_role("button", name="Approve").click()
+
+    expect(page.locator(STATUS)).to_have_text("completed")
+    expect(transfer.locator(".helix-tool__state")).to_have_text("done")
+    screenshot(page, "late-answer")
 
 
 def test_an_interrupted_reply_resumes_to_completion(page: Page):

@@ -303,7 +303,11 @@
         return;
       }
       this.clearError();
-      this.settle(toolCallId, "approved" in body ? (body.approved ? "approved" : "denied") : "sent");
+      // Unless the stream told what came of the call while the request was out (the resumed
+      // run may have run it already): that is newer than this.
+      if (this.tools.get(toolCallId)?.dataset.asking) {
+        this.settle(toolCallId, "approved" in body ? (body.approved ? "approved" : "denied") : "sent");
+      }
       // A new socket reads what the resumed run writes at once, without waiting for a bell
       // (or the next poll) on a socket that has been idle through the suspension.
       this.followAgain();
