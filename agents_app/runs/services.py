@@ -124,15 +124,15 @@ def agent_start(
     policy = launch.concurrency_policy()
     # The session read for ownership serves the first try unless a hook ran since; a try
     # again after a conflict reads it afresh.
-    unread = [] if hooks.before_start is not None else [found]
+    read = found if hooks.before_start is None else None
 
     @retried_on_conflict
     def begin() -> StartedRun:
+        nonlocal read
         with transaction.atomic():
-            if unread:
-                state = unread.pop()
-            else:
-                state = session_for_user(session_id=session_id, user=user) if existing else None
+            state, read = read, None
+            if state is None and existing:
+                state = session_for_user(session_id=session_id, user=user)
             if state is None:
                 state = _create_session(
                     agent,

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Field, Max, Q
 from django.utils import timezone
 
 from sessions_app import models
@@ -1383,15 +1383,27 @@ def _session_summary(row: dict[str, Any]) -> SessionSummary:
 
 
 @functools.cache
+def _db_converters(vendor: str, field: Field) -> tuple[Any, list[Callable]]:
+    """Return the field's column and the converters the ORM applies to what it reads of it."""
+    expression = field.get_col(field.model._meta.db_table)
+    converters = connection.ops.get_db_converters(expression) + field.get_db_converters(connection)
+    return expression, converters
+
+
+def _converted(value: Any, expression: Any, converters: list[Callable]) -> Any:
+    """Return a value read from the database as the ORM would hand it over."""
+    for convert in converters:
+        value = convert(value, expression, connection)
+    return value
+
+
+@functools.cache
 def _session_converters(vendor: str) -> dict[str, tuple[str, Any, list[Callable]]]:
-    """Return, per column of a session row, its field's attribute name, and its column and
-    converters as the ORM applies them."""
-    converters = {}
-    for field in models.AgentSession._meta.concrete_fields:
-        expression = field.get_col(models.AgentSession._meta.db_table)
-        found = connection.ops.get_db_converters(expression) + field.get_db_converters(connection)
-        converters[field.column] = (field.attname, expression, found)
-    return converters
+    """Return, per column of a session row, its field's attribute name, column and converters."""
+    return {
+        field.column: (field.attname, *_db_converters(vendor, field))
+        for field in models.AgentSession._meta.concrete_fields
+    }
 
 
 def _claimed_row(values: dict[str, Any]) -> SimpleNamespace:
@@ -1400,10 +1412,7 @@ def _claimed_row(values: dict[str, Any]) -> SimpleNamespace:
     which would cost more than the statement."""
     row = SimpleNamespace()
     for name, (attname, expression, converters) in _session_converters(connection.vendor).items():
-        value = values.pop(name)
-        for convert in converters:
-            value = convert(value, expression, connection)
-        setattr(row, attname, value)
+        setattr(row, attname, _converted(values.pop(name), expression, converters))
     vars(row).update(values)
     row.interrupt_flag = (
         None
@@ -1416,13 +1425,10 @@ def _claimed_row(values: dict[str, Any]) -> SimpleNamespace:
 @functools.cache
 def _message_converters(vendor: str) -> list[tuple[int, Any, list[Callable]]]:
     """Return, per column of MESSAGE_COLUMNS, the converters the ORM applies to its values."""
-    converters = []
-    for index, field in enumerate(MESSAGE_FIELDS):
-        column = field.get_col(models.Message._meta.db_table)
-        found = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-        if found:
-            converters.append((index, column, found))
-    return converters
+    converters = [
+        (index, *_db_converters(vendor, field)) for index, field in enumerate(MESSAGE_FIELDS)
+    ]
+    return [(index, column, found) for index, column, found in converters if found]
 
 
 def _message_from_row(row: tuple) -> Message:
@@ -1432,9 +1438,8 @@ def _message_from_row(row: tuple) -> Message:
     `get_path` reads whole conversations, and instances cost more than the query.
     """
     values = list(row[: len(MESSAGE_FIELDS)])
-    for index, col, converters in _message_converters(connection.vendor):
-        for convert in converters:
-            values[index] = convert(values[index], col, connection)
+    for index, expression, converters in _message_converters(connection.vendor):
+        values[index] = _converted(values[index], expression, converters)
     return _message(SimpleNamespace(**dict(zip(MESSAGE_ATTRIBUTES, values, strict=True))))
 
 
@@ -1505,9 +1510,7 @@ def _claimed_run(row: SimpleNamespace) -> RunRecord | None:
     for name in CLAIMED_RUN_FIELDS:
         field = models.Run._meta.get_field(name)
         value = getattr(row, f"run_{name}")
-        for convert in field.get_db_converters(connection):
-            value = convert(value, field, connection)
-        setattr(run, field.attname, value)
+        setattr(run, field.attname, _converted(value, *_db_converters(connection.vendor, field)))
     return _run(run)
 
 
