@@ -185,7 +185,10 @@ def _live() -> Iterator[Live]:
 
 
 def daphne_env(database: dict[str, Any]) -> dict[str, str]:
-    """Return Daphne's environment: the throwaway database, Redis, DEBUG, default hosts.
+    """Return Daphne's environment: the throwaway database, Redis, default hosts, production mode.
+
+    Daphne runs with DEBUG off, as in production (DEBUG logs every query it makes), and with
+    this process's secret key, which the session cookies the benchmark signs in with need.
 
     Daphne pools its database connections, as in production: without a pool every
     `database_sync_to_async` call opens one, and 100 subscribers connecting at once queue some
@@ -204,6 +207,7 @@ def daphne_env(database: dict[str, Any]) -> dict[str, str]:
         "REDIS_URL": settings.REDIS_URL,
         "DATABASE_POOL_MAX_SIZE": "4",
         "PGAPPNAME": DAPHNE_APPLICATION_NAME,  # The connections' name in `pg_stat_activity`.
-        "DEBUG": "true",
+        "DEBUG": "false",
+        "SECRET_KEY": settings.SECRET_KEY,
         "PYTHONUNBUFFERED": "1",
     }

@@ -6,6 +6,7 @@ in order: a reader never sees sequence n+1 before n. Readers are rung through th
 """
 
 import functools
+import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -231,20 +232,23 @@ class ORMStreamManager(StreamManager):
         return _sequenced(_rows(stream_id).filter(step__gte=from_step))
 
     def read_snapshot(self, stream_id: str, after: int, limit: int) -> Snapshot:
-        # The stream row first: a terminal status read before the chunks covers all of them.
-        row = _stream(stream_id).values("status", "trimmed_through", "final_output", "error")
-        row = row.first() or {
-            "status": StreamStatus.ACTIVE,
-            "trimmed_through": 0,
-            "final_output": None,
-            "error": "",
-        }
-        following = _sequenced(_rows(stream_id).filter(sequence__gt=after)[: limit + 1])
+        sql = _read_snapshot_statement(connection.vendor)
+        if sql is None:
+            row, following, at_cursor = self._read_apart(stream_id, after, limit)
+        else:  # One statement, one snapshot: the stream's row and the chunks agree.
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [stream_id, after, limit + 1, after, stream_id])
+                status, trimmed_through, final_output, error, chunks, at_cursor = cursor.fetchone()
+            final_field = Stream._meta.get_field("final_output")
+            row = {
+                "status": status or StreamStatus.ACTIVE,
+                "trimmed_through": trimmed_through or 0,
+                "final_output": final_field.from_db_value(final_output, None, connection),
+                "error": error or "",
+            }
+            following = [SequencedChunk(*item) for item in json.loads(chunks)]
         retracted_to = None
-        if (
-            after > row["trimmed_through"]
-            and not _chunks(stream_id).filter(sequence=after).exists()
-        ):
+        if after > row["trimmed_through"] and not at_cursor:
             earlier = _chunks(stream_id).filter(sequence__lt=after)
             retracted_to = earlier.aggregate(last=Max("sequence"))["last"] or 0
         return Snapshot(
@@ -256,6 +260,22 @@ class ORMStreamManager(StreamManager):
             complete=len(following) <= limit,
             cursor_retracted_to=retracted_to,
         )
+
+    def _read_apart(
+        self, stream_id: str, after: int, limit: int
+    ) -> tuple[dict[str, Any], list[SequencedChunk], bool]:
+        """Read a snapshot's parts in three statements (SQLite): the stream's row, up to
+        `limit + 1` chunks after `after`, and whether the chunk at `after` is still there."""
+        # The stream row first: a terminal status read before the chunks covers all of them.
+        row = _stream(stream_id).values("status", "trimmed_through", "final_output", "error")
+        row = row.first() or {
+            "status": StreamStatus.ACTIVE,
+            "trimmed_through": 0,
+            "final_output": None,
+            "error": "",
+        }
+        following = _sequenced(_rows(stream_id).filter(sequence__gt=after)[: limit + 1])
+        return row, following, _chunks(stream_id).filter(sequence=after).exists()
 
     def subscribe(self, stream_id: str) -> Subscription:
         return ChannelSubscription(stream_id)
@@ -449,6 +469,37 @@ def _write_statements(vendor: str) -> _WriteStatements:
         append_fenced=append(fenced) if postgres else None,
         append_batches=append_batches if postgres else None,
         open_writer=open_writer if postgres else None,
+    )
+
+
+@functools.cache
+def _read_snapshot_statement(vendor: str) -> str | None:
+    """Return, on PostgreSQL, one statement reading a snapshot: the stream's status, trimmed
+    through, final output and error (nulls for a missing stream), up to a limit of the chunks
+    after a cursor as one JSON array of [sequence, chunk], and whether the cursor's chunk is
+    still there. Parameters: stream id, cursor, limit, cursor, stream id."""
+    if vendor != "postgresql":
+        return None
+    chunks, stream_id, sequence = (
+        table(StreamChunk),
+        column(StreamChunk, "stream"),
+        column(StreamChunk, "sequence"),
+    )
+    following = (
+        f"SELECT {sequence}, {column(StreamChunk, 'chunk')} AS body FROM {chunks} "
+        f"WHERE {stream_id} = %s AND {sequence} > %s ORDER BY {sequence} LIMIT %s"
+    )
+    return (
+        "SELECT "
+        + ", ".join(
+            f"stream.{column(Stream, name)}"
+            for name in ("status", "trimmed_through", "final_output", "error")
+        )
+        + f", (SELECT COALESCE(jsonb_agg(jsonb_build_array(chunk.{sequence}, chunk.body) "
+        f"ORDER BY chunk.{sequence}), '[]') FROM ({following}) AS chunk), "
+        f"EXISTS (SELECT 1 FROM {chunks} WHERE {stream_id} = wanted.id AND {sequence} = %s) "
+        f"FROM (SELECT %s::varchar AS id) AS wanted "
+        f"LEFT JOIN {table(Stream)} AS stream ON stream.{column(Stream, 'id')} = wanted.id"
     )
 
 
