@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Field, Max, Q
+from django.db.models import F, Field, Max, Model, Q
 from django.utils import timezone
 
 from sessions_app import models
@@ -32,6 +32,7 @@ from sessions_app.stores import rules, search
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.statements import (
     CLAIMED_RUN_FIELDS,
+    QUEUED_RUN_FIELDS,
     column,
     db_values,
     execute,
@@ -80,6 +81,7 @@ from sessions_app.stores.types import (
 )
 
 _CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
+_RUN_METADATA = models.Run._meta.get_field("metadata")
 _CHECKPOINT_TIMINGS = models.Checkpoint._meta.get_field("timings")
 _OUTCOME = models.ToolCallRecord._meta.get_field("outcome")
 # What an inserted message row holds: its place in the tree, then what it says (`_said`).
@@ -867,6 +869,28 @@ class ORMSessionStateStore(SessionStateStore):
         status = RunStatus(status)
         if step_count is not None:
             rules.check_count("step count", step_count)
+        sql = statements(connection.vendor).update_run_status
+        if sql is not None:  # One statement locks, writes and returns the run.
+            completed = rules.run_completed_at(status, completed_at)
+            returned = fetch_one(
+                sql,
+                [
+                    status.value,
+                    connection.ops.adapt_datetimefield_value(completed),
+                    step_count,
+                    error,
+                    _RUN_METADATA.get_db_prep_save(dict(metadata or {}), connection),
+                    run_id,
+                ],
+            )
+            if returned is None:
+                raise RunNotFound(run_id)
+            session_id, *values = returned
+            return _run(
+                models.Run(
+                    session_id=session_id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values)
+                )
+            )
         # No savepoint in the caller's transaction (a step's end): a missing run is refused
         # after the block, having written nothing, so that transaction stays usable.
         with transaction.atomic(savepoint=False):
@@ -932,6 +956,14 @@ class ORMSessionStateStore(SessionStateStore):
         return True
 
     def take_queued_run(self, session_id: str) -> QueuedRun | None:
+        sql = statements(connection.vendor).take_queued_run
+        if sql is not None:  # One statement finds, locks and deletes the oldest.
+            taken = fetch_one(sql, [session_id])
+            if taken is None:
+                return None
+            return _queued_run(
+                models.QueuedRun(**_read_fields(models.QueuedRun, QUEUED_RUN_FIELDS, taken))
+            )
         with transaction.atomic(savepoint=False):  # Nothing to refuse: no savepoint needed.
             row = (
                 models.QueuedRun.objects.select_for_update()
@@ -1506,12 +1538,20 @@ def _claimed_run(row: SimpleNamespace) -> RunRecord | None:
     """Return the current run a step claim read beside the session (`CLAIMED_RUN_FIELDS`)."""
     if row.run_id is None:
         return None
-    run = models.Run(session_id=row.id)
-    for name in CLAIMED_RUN_FIELDS:
-        field = models.Run._meta.get_field(name)
-        value = getattr(row, f"run_{name}")
-        setattr(run, field.attname, _converted(value, *_db_converters(connection.vendor, field)))
-    return _run(run)
+    values = [getattr(row, f"run_{name}") for name in CLAIMED_RUN_FIELDS]
+    return _run(
+        models.Run(session_id=row.id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values))
+    )
+
+
+def _read_fields(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict:
+    """Return the model's fields `names` by attribute name, from what a statement read of
+    their columns, converted as the ORM converts them."""
+    read = {}
+    for name, value in zip(names, values, strict=True):
+        field = model._meta.get_field(name)
+        read[field.attname] = _converted(value, *_db_converters(connection.vendor, field))
+    return read
 
 
 def _staged_change(row: models.StagedChange) -> StagedChange:

@@ -43,6 +43,9 @@ CLAIMED_RUN_FIELDS = (
     "completed_at",
 )
 
+# The fields of a queued run its taking returns.
+QUEUED_RUN_FIELDS = ("run_id", "session", "input", "queued_at")
+
 
 @dataclass(frozen=True)
 class Statements:
@@ -63,6 +66,12 @@ class Statements:
     finish_tool_call: str
     # Drops a step's tool call records.
     forget_tool_calls: str
+    # Sets a run's status, completed at, step count and error (each kept if null) and merges
+    # into its metadata (PostgreSQL only); parameters in that order, then the run id. Returns
+    # its session id, then CLAIMED_RUN_FIELDS.
+    update_run_status: str | None
+    # Deletes a session's oldest queued run (PostgreSQL only); returns its QUEUED_RUN_FIELDS.
+    take_queued_run: str | None
 
     def begin_tool_calls(self, count: int) -> str | None:
         """Return the statement recording `count` begun tool calls of one session's step.
@@ -154,8 +163,35 @@ def statements(vendor: str) -> Statements:
             f"DELETE FROM {table(record)} WHERE {column(record, 'session')} = %s "
             f"AND {column(record, 'step_id')} = %s"
         ),
+        update_run_status=_update_run_status() if vendor == "postgresql" else None,
+        take_queued_run=_take_queued_run() if vendor == "postgresql" else None,
         vendor=vendor,
     )
+
+
+def _update_run_status() -> str:
+    run = models.Run
+    kept = ", ".join(
+        f"{column(run, name)} = COALESCE(%s, {column(run, name)})"
+        for name in ("step_count", "error")
+    )
+    metadata = column(run, "metadata")
+    returned = ", ".join(column(run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
+    return (
+        f"UPDATE {table(run)} SET {column(run, 'status')} = %s, "
+        f"{column(run, 'completed_at')} = %s, {kept}, {metadata} = {metadata} || %s::jsonb "
+        f"WHERE {column(run, 'id')} = %s RETURNING {returned}"
+    )
+
+
+def _take_queued_run() -> str:
+    queued, key = models.QueuedRun, column(models.QueuedRun, "id")
+    oldest = (
+        f"SELECT {key} FROM {table(queued)} WHERE {column(queued, 'session')} = %s "
+        f"ORDER BY {key} LIMIT 1 FOR UPDATE"
+    )
+    returned = ", ".join(column(queued, name) for name in QUEUED_RUN_FIELDS)
+    return f"DELETE FROM {table(queued)} WHERE {key} = ({oldest}) RETURNING {returned}"
 
 
 @functools.cache

@@ -1,11 +1,15 @@
 """The store's written-out statements: those the ORM can express are exactly what it compiles
-for the same queries; the others return what the store reads from them."""
+for the same queries; the others return what the store reads from them, in one round trip."""
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from sessions_app import models
+from sessions_app.errors import RunNotFound
+from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
+from sessions_app.stores.types import RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -70,3 +74,39 @@ def test_checkpoint_columns_follow_the_model():
     fields = [field.name for field in models.Checkpoint._meta.concrete_fields]
     assert list(CHECKPOINT_COLUMNS) == fields
     assert models.Checkpoint().pk  # Ids are made in Python: the INSERT returns nothing.
+
+
+@pytest.mark.postgres
+def test_a_run_s_end_sets_its_status_and_takes_a_queued_run_in_one_statement_each():
+    store = ORMSessionStateStore()
+    session = models.AgentSession.objects.create(agent_type="assistant")
+    store.create_run(session.pk, "run-1", metadata={"firstStep": 1})
+    for run_id, run_input in (("run-2", {"message": "next"}), ("run-3", "later")):
+        assert store.queue_run(session.pk, run_id, run_input)
+
+    with CaptureQueriesContext(connection) as ending:
+        ended = store.update_run_status(
+            "run-1", RunStatus.COMPLETED, step_count=2, metadata={"tokens": [2, 3]}
+        )
+        taken = store.take_queued_run(session.pk)
+
+    assert len(ending) == 2
+    assert ended == store.list_runs(session.pk)[0]  # What the store reads of it afterwards.
+    assert (ended.status, ended.step_count, ended.error) == (RunStatus.COMPLETED, 2, None)
+    assert ended.metadata == {"firstStep": 1, "tokens": [2, 3]}
+    assert ended.completed_at >= ended.started_at
+    assert (taken.run_id, taken.session_id, taken.input) == (
+        "run-2",
+        session.pk,
+        {"message": "next"},
+    )
+    assert [queued.run_id for queued in store.list_queued_runs(session.pk)] == ["run-3"]
+    reopened = store.update_run_status("run-1", RunStatus.RUNNING)  # Keeps what it is not given.
+    assert (reopened.step_count, reopened.metadata, reopened.completed_at) == (
+        2,
+        ended.metadata,
+        None,
+    )
+    with pytest.raises(RunNotFound):
+        store.update_run_status("run-9", RunStatus.COMPLETED)
+    assert store.take_queued_run("no-such-session") is None
