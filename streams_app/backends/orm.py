@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from sessions_app.errors import HelixError
 from sessions_app.stores.rules import check_identifier
-from sessions_app.stores.statements import column, table
+from sessions_app.stores.statements import column, db_values, qualified, table
 from streams_app.backends import notices
 from streams_app.backends.base import StreamManager, StreamWriter
 from streams_app.backends.doorbell import ChannelSubscription, bell
@@ -191,10 +191,10 @@ class ORMStreamManager(StreamManager):
         return results
 
     def end_stream(self, stream_id: str, final_output: Any = None) -> None:
-        self._finish(stream_id, StreamStatus.ENDED, "end", final_output=final_output)
+        self._finish(stream_id, StreamStatus.ENDED, "end", "final_output", final_output)
 
     def fail_stream(self, stream_id: str, error: str) -> None:
-        self._finish(stream_id, StreamStatus.FAILED, "fail", error=error)
+        self._finish(stream_id, StreamStatus.FAILED, "fail", "error", error)
 
     def pause_stream(self, stream_id: str) -> None:
         self._move(stream_id, {StreamStatus.ACTIVE}, StreamStatus.PAUSED, "pause")
@@ -338,10 +338,17 @@ class ORMStreamManager(StreamManager):
         _chunks(stream_id).filter(sequence__lte=cut).delete()
         _stream(stream_id).update(chunk_count=self.max_chunks, trimmed_through=cut)
 
-    def _finish(self, stream_id: str, status: StreamStatus, action: str, **fields: Any) -> None:
+    def _finish(
+        self, stream_id: str, status: StreamStatus, action: str, field: str, value: Any
+    ) -> None:
+        """Set a live stream's `status` and its `field` (final output or error) to `value`."""
         # One statement finishes a live stream; only when it finds none does it look why.
-        live = _stream(stream_id).filter(status__in=LIVE_STATUSES)
-        if live.update(status=status, updated_at=timezone.now(), **fields):
+        names = ("status", "updated_at", field)
+        params = db_values(Stream, names, (status, timezone.now(), value))
+        with connection.cursor() as cursor:
+            cursor.execute(_finish_statement(field), [*params, stream_id, *LIVE_STATUSES])
+            finished = cursor.rowcount
+        if finished:
             _ring_changed(stream_id)
             return
         current = _require(stream_id, "status")["status"]
@@ -469,6 +476,18 @@ def _write_statements(vendor: str) -> _WriteStatements:
         append_fenced=append(fenced) if postgres else None,
         append_batches=append_batches if postgres else None,
         open_writer=open_writer if postgres else None,
+    )
+
+
+@functools.cache
+def _finish_statement(field: str) -> str:
+    """Return the UPDATE finishing a live stream, as the ORM compiles it: parameters its status,
+    updated at and `field`, then its id and the live statuses."""
+    live = ", ".join(["%s"] * len(LIVE_STATUSES))
+    return (
+        f"UPDATE {table(Stream)} SET {column(Stream, 'status')} = %s, "
+        f"{column(Stream, 'updated_at')} = %s, {column(Stream, field)} = %s "
+        f"WHERE ({qualified(Stream, 'id')} = %s AND {qualified(Stream, 'status')} IN ({live}))"
     )
 
 

@@ -1,13 +1,16 @@
 """On PostgreSQL a writer creates or reopens its stream in one statement, an append leaves the
-stream's `updated_at` (when its status last changed) as it was, and a reader's look at the
-store is one statement."""
+stream's `updated_at` (when its status last changed) as it was, a reader's look at the store
+is one statement, and a stream's finish is the statement the ORM compiles for it."""
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from streams_app.backends.orm import ORMStreamManager
+from streams_app.backends.rules import LIVE_STATUSES
 from streams_app.backends.types import StreamStatus
+from streams_app.models import Stream
 
 from .test_manager_conformance import text
 
@@ -76,3 +79,37 @@ def test_a_look_at_the_store_is_one_statement_that_reads_what_three_did():
     assert snapshots[1].complete is False
     assert snapshots[2].cursor_retracted_to == 3
     assert (snapshots[3].status, snapshots[3].chunks) == (StreamStatus.ACTIVE, [])
+
+
+def sent_sql(run) -> list[str]:
+    """Return the SQL text of every statement `run` sends, before parameters are bound."""
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        run()
+    return sent
+
+
+def test_finishing_a_stream_is_the_statement_the_orm_compiles_for_it():
+    manager = ORMStreamManager()
+    for stream_id in ("st", "other"):
+        manager.create_writer(stream_id, "run-1", "researcher")
+    now = timezone.now()
+
+    def orm_finish(**fields):
+        live = Stream.objects.filter(pk="none", status__in=LIVE_STATUSES)
+        return lambda: live.update(status=StreamStatus.ENDED, updated_at=now, **fields)
+
+    assert sent_sql(lambda: manager.end_stream("st", {"answer": 42})) == sent_sql(
+        orm_finish(final_output=None)
+    )
+    assert sent_sql(lambda: manager.fail_stream("other", "The model is down.")) == sent_sql(
+        orm_finish(error="")
+    )
+    ended, failed = manager.read_snapshot("st", 0, 10), manager.read_snapshot("other", 0, 10)
+    assert (ended.status, ended.final_output) == (StreamStatus.ENDED, {"answer": 42})
+    assert (failed.status, failed.error) == (StreamStatus.FAILED, "The model is down.")
