@@ -32,6 +32,7 @@ from sessions_app.stores import rules, search
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.statements import (
     CLAIMED_RUN_FIELDS,
+    NEW_RUN_FIELDS,
     QUEUED_RUN_FIELDS,
     column,
     db_values,
@@ -233,12 +234,13 @@ class ORMSessionStateStore(SessionStateStore):
     # State
 
     def load_state(self, session_id: str) -> SessionState | None:
-        row = (
-            models.AgentSession.objects.select_related("interrupt_flag")
-            .filter(pk=session_id)
-            .first()
-        )
-        return None if row is None else _session_state(row)
+        with connection.cursor() as cursor:
+            cursor.execute(statements(connection.vendor).load_session, [session_id])
+            found = cursor.fetchone()
+            names = [column[0] for column in cursor.description]
+        if found is None:
+            return None
+        return _session_state(_read_session_row(dict(zip(names, found, strict=True))))
 
     def save_state(
         self, session_id: str, state: SessionState, *, expected_version: int | None = None
@@ -472,7 +474,7 @@ class ORMSessionStateStore(SessionStateStore):
         if found is None:
             _require(session_id)
             return None
-        row = _claimed_row(dict(zip(names, found, strict=True)))
+        row = _read_session_row(dict(zip(names, found, strict=True)))
         taken_over = row.previous_holder not in ("", holder)
         lease = Lease(version=row.version, taken_over=taken_over, abandoned=row.lease_abandoned)
         return StepClaim(lease=lease, state=_session_state(row), run=_claimed_run(row))
@@ -518,7 +520,7 @@ class ORMSessionStateStore(SessionStateStore):
         return {row.session_id: _interrupt_flag(row) for row in rows}
 
     def clear_interrupt_flag(self, session_id: str) -> None:
-        models.InterruptFlag.objects.filter(session_id=session_id).delete()
+        execute(statements(connection.vendor).clear_interrupt_flag, [session_id])
 
     # Sub-agent tracking
 
@@ -839,6 +841,9 @@ class ORMSessionStateStore(SessionStateStore):
         run_id = rules.check_identifier(
             "run id", models.generate_id() if run_id is None else run_id
         )
+        sql = statements(connection.vendor)
+        if sql.create_run is not None:
+            return self._insert_run(session_id, run_id, turn, metadata or {})
         try:
             with transaction.atomic():
                 _lock(session_id, "id")
@@ -855,6 +860,29 @@ class ORMSessionStateStore(SessionStateStore):
         except IntegrityError:
             raise RunAlreadyExists(session_id, run_id=run_id, turn=turn) from None
         return _run(row)
+
+    def _insert_run(
+        self, session_id: str, run_id: str, turn: int | None, metadata: dict[str, Any]
+    ) -> RunRecord:
+        """Create a run in two statements, locking its session and inserting it (PostgreSQL)."""
+        sql = statements(connection.vendor)
+        fresh = models.Run(id=run_id, session_id=session_id, turn=turn, metadata=metadata)
+        meta = models.Run._meta
+        values = [getattr(fresh, meta.get_field(name).attname) for name in NEW_RUN_FIELDS]
+        # No savepoint in the caller's transaction: what is refused is refused after the
+        # block, which then wrote nothing.
+        with transaction.atomic(savepoint=False):
+            found = fetch_one(sql.lock_session, [session_id]) is not None
+            params = [*db_values(models.Run, NEW_RUN_FIELDS, values), session_id]
+            returned = fetch_one(sql.create_run, params) if found else None
+        if not found:
+            raise SessionNotFound(session_id)
+        if returned is None:  # Its id, or its turn, is taken.
+            if turn is None:
+                runs = models.Run.objects.filter(session_id=session_id)
+                turn = (runs.aggregate(last=Max("turn"))["last"] or 0) + 1
+            raise RunAlreadyExists(session_id, run_id=run_id, turn=turn)
+        return _returned_run(returned)
 
     def update_run_status(
         self,
@@ -885,12 +913,7 @@ class ORMSessionStateStore(SessionStateStore):
             )
             if returned is None:
                 raise RunNotFound(run_id)
-            session_id, *values = returned
-            return _run(
-                models.Run(
-                    session_id=session_id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values)
-                )
-            )
+            return _returned_run(returned)
         # No savepoint in the caller's transaction (a step's end): a missing run is refused
         # after the block, having written nothing, so that transaction stays usable.
         with transaction.atomic(savepoint=False):
@@ -934,8 +957,8 @@ class ORMSessionStateStore(SessionStateStore):
         return stalled
 
     def get_current_run(self, session_id: str) -> RunRecord | None:
-        row = models.Run.objects.filter(session_id=session_id).order_by("-turn").first()
-        return None if row is None else _run(row)
+        returned = fetch_one(statements(connection.vendor).current_run, [session_id])
+        return None if returned is None else _returned_run(returned)
 
     def list_runs(self, session_id: str) -> list[RunRecord]:
         _require(session_id)
@@ -1438,10 +1461,11 @@ def _session_converters(vendor: str) -> dict[str, tuple[str, Any, list[Callable]
     }
 
 
-def _claimed_row(values: dict[str, Any]) -> SimpleNamespace:
-    """Return a step claim's row as the session's fields, converted as the ORM would, beside
-    the claim's own columns (`previous_holder`, the flag's and the run's): no model instance,
-    which would cost more than the statement."""
+def _read_session_row(values: dict[str, Any]) -> SimpleNamespace:
+    """Return a session row a written-out statement read (a claim's, a load's) as the session's
+    fields, converted as the ORM would, beside the statement's own columns (the flag's, and a
+    claim's `previous_holder` and run's): no model instance, which would cost more than the
+    statement."""
     row = SimpleNamespace()
     for name, (attname, expression, converters) in _session_converters(connection.vendor).items():
         setattr(row, attname, _converted(values.pop(name), expression, converters))
@@ -1449,7 +1473,11 @@ def _claimed_row(values: dict[str, Any]) -> SimpleNamespace:
     row.interrupt_flag = (
         None
         if row.flag_set_at is None
-        else SimpleNamespace(reason=row.flag_reason, set_at=row.flag_set_at)
+        else SimpleNamespace(
+            **_read_fields(
+                models.InterruptFlag, ("reason", "set_at"), (row.flag_reason, row.flag_set_at)
+            )
+        )
     )
     return row
 
@@ -1541,6 +1569,14 @@ def _claimed_run(row: SimpleNamespace) -> RunRecord | None:
     values = [getattr(row, f"run_{name}") for name in CLAIMED_RUN_FIELDS]
     return _run(
         models.Run(session_id=row.id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values))
+    )
+
+
+def _returned_run(returned: Sequence[Any]) -> RunRecord:
+    """Return a run from its session id and `CLAIMED_RUN_FIELDS`, as a statement returned them."""
+    session_id, *values = returned
+    return _run(
+        models.Run(session_id=session_id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values))
     )
 
 

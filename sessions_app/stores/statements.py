@@ -43,6 +43,8 @@ CLAIMED_RUN_FIELDS = (
     "completed_at",
 )
 
+# The fields a new run's INSERT sets, in its parameters' order.
+NEW_RUN_FIELDS = tuple(field.name for field in models.Run._meta.concrete_fields)
 # The fields of a queued run its taking returns.
 QUEUED_RUN_FIELDS = ("run_id", "session", "input", "queued_at")
 
@@ -72,6 +74,19 @@ class Statements:
     update_run_status: str | None
     # Deletes a session's oldest queued run (PostgreSQL only); returns its QUEUED_RUN_FIELDS.
     take_queued_run: str | None
+    # Reads a session's row with its interrupt flag's reason and time (`flag_reason`,
+    # `flag_set_at`, nulls without one).
+    load_session: str
+    # Reads a session's current run (the latest turn): its session id, then CLAIMED_RUN_FIELDS.
+    current_run: str
+    # Drops a session's interrupt flag.
+    clear_interrupt_flag: str
+    # Locks a session's row; returns its id.
+    lock_session: str
+    # Inserts a run (PostgreSQL only) unless its id or turn is taken. Parameters: per field of
+    # NEW_RUN_FIELDS its value, but the turn: a turn, or null for the session's next, then the
+    # session id again. Returns its session id, then CLAIMED_RUN_FIELDS; no row if taken.
+    create_run: str | None
 
     def begin_tool_calls(self, count: int) -> str | None:
         """Return the statement recording `count` begun tool calls of one session's step.
@@ -119,6 +134,8 @@ def statements(vendor: str) -> Statements:
     database = connections[DEFAULT_DB_ALIAS]
     session, message, staged = models.AgentSession, models.Message, models.StagedChange
     record, compaction = models.ToolCallRecord, models.Compaction
+    flag, run = models.InterruptFlag, models.Run
+    run_columns = ", ".join(column(run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
     for_update_of_session = (
         f" FOR UPDATE OF {table(session)}" if database.features.has_select_for_update_of else ""
     )
@@ -165,7 +182,38 @@ def statements(vendor: str) -> Statements:
         ),
         update_run_status=_update_run_status() if vendor == "postgresql" else None,
         take_queued_run=_take_queued_run() if vendor == "postgresql" else None,
+        load_session=(
+            f"SELECT {table(session)}.*, flag.{column(flag, 'reason')} AS flag_reason, "
+            f"flag.{column(flag, 'set_at')} AS flag_set_at FROM {table(session)} "
+            f"LEFT JOIN {table(flag)} AS flag "
+            f"ON flag.{column(flag, 'session')} = {qualified(session, 'id')} "
+            f"WHERE {qualified(session, 'id')} = %s"
+        ),
+        current_run=(
+            f"SELECT {run_columns} FROM {table(run)} WHERE {column(run, 'session')} = %s "
+            f"ORDER BY {column(run, 'turn')} DESC LIMIT 1"
+        ),
+        clear_interrupt_flag=(f"DELETE FROM {table(flag)} WHERE {column(flag, 'session')} = %s"),
+        lock_session=(
+            f"SELECT {qualified(session, 'id')} FROM {table(session)} "
+            f"WHERE {qualified(session, 'id')} = %s{for_update_of_session}"
+        ),
+        create_run=_create_run() if vendor == "postgresql" else None,
         vendor=vendor,
+    )
+
+
+def _create_run() -> str:
+    run = models.Run
+    turn, session_id = column(run, "turn"), column(run, "session")
+    values = ", ".join(
+        f"COALESCE(%s, MAX({turn}) + 1, 1)" if name == "turn" else "%s" for name in NEW_RUN_FIELDS
+    )
+    returned = ", ".join(column(run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
+    return (
+        f"INSERT INTO {table(run)} ({', '.join(column(run, name) for name in NEW_RUN_FIELDS)}) "
+        f"SELECT {values} FROM {table(run)} WHERE {session_id} = %s "
+        f"ON CONFLICT DO NOTHING RETURNING {returned}"
     )
 
 

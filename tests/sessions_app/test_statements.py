@@ -6,7 +6,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app import models
-from sessions_app.errors import RunNotFound
+from sessions_app.errors import RunAlreadyExists, RunNotFound, SessionNotFound
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
 from sessions_app.stores.types import RunStatus
@@ -110,3 +110,37 @@ def test_a_run_s_end_sets_its_status_and_takes_a_queued_run_in_one_statement_eac
     with pytest.raises(RunNotFound):
         store.update_run_status("run-9", RunStatus.COMPLETED)
     assert store.take_queued_run("no-such-session") is None
+
+
+@pytest.mark.postgres
+def test_a_start_reads_the_session_and_its_run_and_creates_a_run_in_written_out_statements():
+    store = ORMSessionStateStore()
+    session = models.AgentSession.objects.create(agent_type="assistant", metadata={"team": "a"})
+    store.set_interrupt_flag(session.pk, "Stop.")
+
+    with CaptureQueriesContext(connection) as starting:
+        state = store.load_state(session.pk)
+        before = store.get_current_run(session.pk)
+        created = store.create_run(session.pk, "run-1", metadata={"firstStep": 1})
+        store.clear_interrupt_flag(session.pk)
+
+    assert len(starting) == 5  # The run's creation locks its session first.
+    assert (state.session_id, state.metadata) == (session.pk, {"team": "a"})
+    assert state.interrupt_flag.reason == "Stop."
+    assert state.interrupt_flag.set_at.tzinfo is not None
+    assert before is None
+    assert created == store.get_current_run(session.pk) == store.list_runs(session.pk)[0]
+    assert (created.turn, created.status, created.metadata) == (
+        1,
+        RunStatus.RUNNING,
+        {"firstStep": 1},
+    )
+    assert store.load_state(session.pk).interrupt_flag is None
+    assert store.create_run(session.pk, "run-2").turn == 2
+    with pytest.raises(RunAlreadyExists):
+        store.create_run(session.pk, "run-2")
+    with pytest.raises(RunAlreadyExists):
+        store.create_run(session.pk, "run-3", turn=1)
+    with pytest.raises(SessionNotFound):
+        store.create_run("no-such-session", "run-4")
+    assert [run.run_id for run in store.list_runs(session.pk)] == ["run-1", "run-2"]
