@@ -1,9 +1,11 @@
 """Run-control services in-process: ownership, bad input, states that refuse, and lifecycle
 hooks. Their first steps go to a private queue no worker reads (see `test_runtime` for runs)."""
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from agents_app.definitions.agent import Agent
 from agents_app.definitions.hooks import AbortResult, AgentHooks
@@ -14,6 +16,7 @@ from agents_app.runs import services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store
+from sessions_app.stores.statements import statements
 from sessions_app.stores.types import SessionStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
@@ -95,22 +98,33 @@ def test_another_users_session_is_refused_as_a_missing_one(owner, stranger):
     assert get_session_store().check_interrupt_flag(mine.session_id) is None
 
 
+@contextlib.contextmanager
+def sent_statements() -> Iterator[list[str]]:
+    """Collect the SQL text of every statement sent in the block, before parameters are bound."""
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        yield sent
+
+
 def test_a_start_without_a_hook_reads_the_session_once_and_no_execution_state(owner):
     """For ownership, before anything else; its transaction begins from what that read. An
     agent without a `before_start` hook is not given the execution state, which would read
     the session again."""
     session_id = services.agent_session_create(user=owner, agent_type="counter").session_id
 
-    with CaptureQueriesContext(connection) as queries:
+    with sent_statements() as sent:
         started = services.agent_start(
             user=owner, agent_type="counter", message="add 1", session_id=session_id
         )
 
-    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
-    loads = [sql for sql in reads if 'LEFT OUTER JOIN "sessions_app_interruptflag"' in sql]
-    assert len(loads) == 1
-    current_runs = [sql for sql in reads if 'ORDER BY "sessions_app_run"."turn" DESC' in sql]
-    assert len(current_runs) == 1  # Is one running? Asked in the transaction only.
+    assert sent.count(statements(connection.vendor).load_session) == 1
+    # Is one running? Asked in the transaction only.
+    assert sent.count(statements(connection.vendor).current_run) == 1
     assert started.session_id == session_id
     assert get_session_store().get_current_run(session_id).run_id == started.run_id
 
@@ -120,12 +134,11 @@ def test_a_start_reads_the_session_again_after_its_before_start_hook(owner, hook
     reads it afresh."""
     session_id = services.agent_session_create(user=owner, agent_type="hooked").session_id
 
-    with CaptureQueriesContext(connection) as queries:
+    with sent_statements() as sent:
         services.agent_start(user=owner, agent_type="hooked", message="Hi", session_id=session_id)
 
-    reads = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
-    loads = [sql for sql in reads if 'LEFT OUTER JOIN "sessions_app_interruptflag"' in sql]
-    assert len(loads) == 3  # Ownership, the hook's execution state, then the transaction's.
+    loads = sent.count(statements(connection.vendor).load_session)
+    assert loads == 3  # Ownership, the hook's execution state, then the transaction's.
     assert hooked["before"][1] is False
 
 
