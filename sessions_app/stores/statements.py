@@ -1,13 +1,15 @@
-"""Written-out SQL for the store's hottest paths: the step commit, the claim, tool call records.
+"""Written-out SQL for the store's hottest paths: the step commit, the claim, tool call records,
+a run's start (the session's load, its current run, the run's creation) and end.
 
-Where the ORM can express a statement, it is the one the ORM compiles for the same query, letter
-for letter, built once per database from the models' metadata; a step then pays for its database
-work and not for compiling a dozen queries, which the benchmark (bench/) measured costing more
-than that work. The others do in one round trip what the ORM would do in several: the claim
-(`claim_step`, PostgreSQL only) takes a step lease and reads the session, its interrupt flag and
-its current run; the commit's lock reads the session's last message beside its row; a batch of
-tool call records or lease renewals is one statement. The naming helpers serve the stream
-append's statements too."""
+Where the ORM can express a statement, it is mostly the one the ORM compiles for the same query,
+letter for letter, built once per database from the models' metadata; a step then pays for its
+database work and not for compiling a dozen queries, which the benchmark (bench/) measured
+costing more than that work. A run's start reads its session (with the interrupt flag) and its
+current run in the columns the store converts itself, as the claim returns them. The others do
+in one round trip what the ORM would do in several: the claim (`claim_step`, PostgreSQL only)
+takes a step lease and reads the session, its interrupt flag and its current run; the commit's
+lock reads the session's last message beside its row; a batch of tool call records or lease
+renewals is one statement. The naming helpers serve the stream append's statements too."""
 
 import functools
 from collections.abc import Sequence
@@ -135,7 +137,6 @@ def statements(vendor: str) -> Statements:
     session, message, staged = models.AgentSession, models.Message, models.StagedChange
     record, compaction = models.ToolCallRecord, models.Compaction
     flag, run = models.InterruptFlag, models.Run
-    run_columns = ", ".join(column(run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
     for_update_of_session = (
         f" FOR UPDATE OF {table(session)}" if database.features.has_select_for_update_of else ""
     )
@@ -190,10 +191,10 @@ def statements(vendor: str) -> Statements:
             f"WHERE {qualified(session, 'id')} = %s"
         ),
         current_run=(
-            f"SELECT {run_columns} FROM {table(run)} WHERE {column(run, 'session')} = %s "
-            f"ORDER BY {column(run, 'turn')} DESC LIMIT 1"
+            f"SELECT {_returned_run_columns()} FROM {table(run)} "
+            f"WHERE {column(run, 'session')} = %s ORDER BY {column(run, 'turn')} DESC LIMIT 1"
         ),
-        clear_interrupt_flag=(f"DELETE FROM {table(flag)} WHERE {column(flag, 'session')} = %s"),
+        clear_interrupt_flag=f"DELETE FROM {table(flag)} WHERE {column(flag, 'session')} = %s",
         lock_session=(
             f"SELECT {qualified(session, 'id')} FROM {table(session)} "
             f"WHERE {qualified(session, 'id')} = %s{for_update_of_session}"
@@ -203,17 +204,21 @@ def statements(vendor: str) -> Statements:
     )
 
 
+def _returned_run_columns() -> str:
+    """Return the columns a statement returns a run as: its session id, then CLAIMED_RUN_FIELDS."""
+    return ", ".join(column(models.Run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
+
+
 def _create_run() -> str:
     run = models.Run
     turn, session_id = column(run, "turn"), column(run, "session")
     values = ", ".join(
         f"COALESCE(%s, MAX({turn}) + 1, 1)" if name == "turn" else "%s" for name in NEW_RUN_FIELDS
     )
-    returned = ", ".join(column(run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
     return (
         f"INSERT INTO {table(run)} ({', '.join(column(run, name) for name in NEW_RUN_FIELDS)}) "
         f"SELECT {values} FROM {table(run)} WHERE {session_id} = %s "
-        f"ON CONFLICT DO NOTHING RETURNING {returned}"
+        f"ON CONFLICT DO NOTHING RETURNING {_returned_run_columns()}"
     )
 
 
@@ -224,11 +229,10 @@ def _update_run_status() -> str:
         for name in ("step_count", "error")
     )
     metadata = column(run, "metadata")
-    returned = ", ".join(column(run, name) for name in ("session", *CLAIMED_RUN_FIELDS))
     return (
         f"UPDATE {table(run)} SET {column(run, 'status')} = %s, "
         f"{column(run, 'completed_at')} = %s, {kept}, {metadata} = {metadata} || %s::jsonb "
-        f"WHERE {column(run, 'id')} = %s RETURNING {returned}"
+        f"WHERE {column(run, 'id')} = %s RETURNING {_returned_run_columns()}"
     )
 
 
