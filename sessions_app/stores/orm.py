@@ -32,6 +32,7 @@ from sessions_app.stores import rules, search
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.statements import (
     CLAIMED_RUN_FIELDS,
+    COMPACTION_FIELDS,
     NEW_RUN_FIELDS,
     QUEUED_RUN_FIELDS,
     column,
@@ -1313,9 +1314,15 @@ def _said(message: Message) -> dict[str, Any]:
 
 
 def _compactions(session_id: str) -> list[Compaction]:
-    """Return the session's compactions in the order they were added (a written-out query)."""
-    rows = models.Compaction.objects.raw(statements(connection.vendor).compactions, [session_id])
-    return [_compaction(row) for row in rows]
+    """Return the session's compactions in the order they were added (a written-out query,
+    read without a model instance: a step reads them, and most sessions have none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(statements(connection.vendor).compactions, [session_id])
+        rows = cursor.fetchall()
+    return [
+        _compaction(SimpleNamespace(**_read_fields(models.Compaction, COMPACTION_FIELDS, row)))
+        for row in rows
+    ]
 
 
 def _staged(session_id: str, step_id: str):
@@ -1519,7 +1526,7 @@ def _message(row: models.Message | SimpleNamespace) -> Message:
     )
 
 
-def _compaction(row: models.Compaction) -> Compaction:
+def _compaction(row: models.Compaction | SimpleNamespace) -> Compaction:
     return Compaction(
         compaction_id=row.id,
         session_id=row.session_id,

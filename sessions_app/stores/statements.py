@@ -45,6 +45,8 @@ CLAIMED_RUN_FIELDS = (
     "completed_at",
 )
 
+# The fields of a compaction its read returns.
+COMPACTION_FIELDS = tuple(field.name for field in models.Compaction._meta.concrete_fields)
 # The fields a new run's INSERT sets, in its parameters' order.
 NEW_RUN_FIELDS = tuple(field.name for field in models.Run._meta.concrete_fields)
 # The fields of a queued run its taking returns.
@@ -64,7 +66,7 @@ class Statements:
     promote_staged: str
     # Takes a free or expired step lease (PostgreSQL only; `claim_step` composes it elsewhere).
     claim_step: str | None
-    # Reads a session's compactions in the order they were added.
+    # Reads a session's compactions (COMPACTION_FIELDS) in the order they were added.
     compactions: str
     # Sets a begun tool call's outcome.
     finish_tool_call: str
@@ -169,7 +171,8 @@ def statements(vendor: str) -> Statements:
         ),
         claim_step=_claim_step() if vendor == "postgresql" else None,
         compactions=(
-            f"SELECT * FROM {table(compaction)} WHERE {column(compaction, 'session')} = %s "
+            f"SELECT {', '.join(column(compaction, name) for name in COMPACTION_FIELDS)} "
+            f"FROM {table(compaction)} WHERE {column(compaction, 'session')} = %s "
             f"ORDER BY {column(compaction, 'created_at')}, {column(compaction, 'id')}"
         ),
         finish_tool_call=(
