@@ -235,13 +235,11 @@ class ORMSessionStateStore(SessionStateStore):
     # State
 
     def load_state(self, session_id: str) -> SessionState | None:
-        with connection.cursor() as cursor:
-            cursor.execute(statements(connection.vendor).load_session, [session_id])
-            found = cursor.fetchone()
-            names = [column[0] for column in cursor.description]
+        found = _fetch_named(statements(connection.vendor).load_session, [session_id])
         if found is None:
             return None
-        return _session_state(_read_session_row(dict(zip(names, found, strict=True))))
+        row = _read_session_row(found)
+        return _session_state(row, row.interrupt_flag)
 
     def save_state(
         self, session_id: str, state: SessionState, *, expected_version: int | None = None
@@ -468,17 +466,15 @@ class ORMSessionStateStore(SessionStateStore):
         params = [session_id, holder, expires_at, holder, holder, now]
         # One statement locks, checks and takes the lease and returns the new row, what the
         # lease held before, and the interrupt flag: one round trip, atomic on its own.
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            found = cursor.fetchone()
-            names = [column.name for column in cursor.description]
+        found = _fetch_named(sql, params)
         if found is None:
             _require(session_id)
             return None
-        row = _read_session_row(dict(zip(names, found, strict=True)))
+        row = _read_session_row(found)
         taken_over = row.previous_holder not in ("", holder)
         lease = Lease(version=row.version, taken_over=taken_over, abandoned=row.lease_abandoned)
-        return StepClaim(lease=lease, state=_session_state(row), run=_claimed_run(row))
+        state = _session_state(row, row.interrupt_flag)
+        return StepClaim(lease=lease, state=state, run=_claimed_run(row))
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         expires_at = timezone.now() + timedelta(seconds=ttl)
@@ -842,8 +838,7 @@ class ORMSessionStateStore(SessionStateStore):
         run_id = rules.check_identifier(
             "run id", models.generate_id() if run_id is None else run_id
         )
-        sql = statements(connection.vendor)
-        if sql.create_run is not None:
+        if statements(connection.vendor).create_run is not None:
             return self._insert_run(session_id, run_id, turn, metadata or {})
         try:
             with transaction.atomic():
@@ -1376,13 +1371,11 @@ def _columns(fields: dict[str, Any]) -> dict[str, Any]:
 # Rows to typed values
 
 
-def _session_state(row: models.AgentSession | SimpleNamespace) -> SessionState:
+def _session_state(
+    row: models.AgentSession | SimpleNamespace, flag: InterruptFlagInfo | None = None
+) -> SessionState:
+    """Return the session of a row and, if it has one, its interrupt flag."""
     suspension = row.suspension_context or {}
-    try:
-        flag_row = row.interrupt_flag
-    except models.InterruptFlag.DoesNotExist:
-        flag_row = None
-    flag = None if flag_row is None else _interrupt_flag(flag_row)
     return SessionState(
         session_id=row.id,
         agent_type=row.agent_type,
@@ -1468,24 +1461,30 @@ def _session_converters(vendor: str) -> dict[str, tuple[str, Any, list[Callable]
     }
 
 
+def _fetch_named(sql: str, params: list[Any]) -> dict[str, Any] | None:
+    """Run a statement; return its first row by column name, if any."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        found = cursor.fetchone()
+        names = [described[0] for described in cursor.description]
+    return None if found is None else dict(zip(names, found, strict=True))
+
+
 def _read_session_row(values: dict[str, Any]) -> SimpleNamespace:
     """Return a session row a written-out statement read (a claim's, a load's) as the session's
-    fields, converted as the ORM would, beside the statement's own columns (the flag's, and a
-    claim's `previous_holder` and run's): no model instance, which would cost more than the
-    statement."""
+    fields, converted as the ORM would, beside the statement's own columns (a claim's
+    `previous_holder` and run's) and `interrupt_flag`, the flag it read: no model instance,
+    which would cost more than the statement."""
     row = SimpleNamespace()
     for name, (attname, expression, converters) in _session_converters(connection.vendor).items():
         setattr(row, attname, _converted(values.pop(name), expression, converters))
     vars(row).update(values)
-    row.interrupt_flag = (
-        None
-        if row.flag_set_at is None
-        else SimpleNamespace(
-            **_read_fields(
-                models.InterruptFlag, ("reason", "set_at"), (row.flag_reason, row.flag_set_at)
-            )
-        )
-    )
+    if row.flag_set_at is None:
+        row.interrupt_flag = None
+    else:
+        flag = (row.flag_reason, row.flag_set_at)
+        flag_fields = _read_fields(models.InterruptFlag, ("reason", "set_at"), flag)
+        row.interrupt_flag = _interrupt_flag(SimpleNamespace(**flag_fields))
     return row
 
 
@@ -1573,10 +1572,7 @@ def _claimed_run(row: SimpleNamespace) -> RunRecord | None:
     """Return the current run a step claim read beside the session (`CLAIMED_RUN_FIELDS`)."""
     if row.run_id is None:
         return None
-    values = [getattr(row, f"run_{name}") for name in CLAIMED_RUN_FIELDS]
-    return _run(
-        models.Run(session_id=row.id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values))
-    )
+    return _returned_run([row.id, *(getattr(row, f"run_{name}") for name in CLAIMED_RUN_FIELDS)])
 
 
 def _returned_run(returned: Sequence[Any]) -> RunRecord:

@@ -144,3 +144,12 @@ def test_a_start_reads_the_session_and_its_run_and_creates_a_run_in_written_out_
     with pytest.raises(SessionNotFound):
         store.create_run("no-such-session", "run-4")
     assert [run.run_id for run in store.list_runs(session.pk)] == ["run-1", "run-2"]
+
+
+def test_creating_a_session_reads_nothing_back():
+    """A new session has no interrupt flag to look for."""
+    with CaptureQueriesContext(connection) as creating:
+        created = ORMSessionStateStore().create_session(agent_type="assistant")
+
+    assert not [q["sql"] for q in creating if q["sql"].startswith("SELECT")]
+    assert created.interrupt_flag is None
