@@ -87,11 +87,15 @@ class Attempt(ModelCall, Suspension, Ending):
     def session_id(self) -> str:
         return self.state.session_id
 
-    def run(self, *, recover: bool) -> StepOutcome:
-        """Run the step; first undo what an attempt that died at it left, if `recover`."""
+    def run(self, *, recover: bool, writer: BatchedWriter | None = None) -> StepOutcome:
+        """Run the step; first undo what an attempt that died at it left, if `recover`.
+
+        It writes its chunks with `writer`, the run's previous step's, when it goes on under
+        the lease that step kept; otherwise it opens its own.
+        """
         if recover:
             self._recover()
-        writer = self.open_writer()
+        writer = writer or self.open_writer()
         if self.state.suspended_step_id:  # What people and children gave, before all else.
             self.drained = self._drain(writer)
         if (flag := self.state.interrupt_flag) is not None:  # Read with the lease.

@@ -57,7 +57,7 @@ class Ending:
                 writer, messages, outcomes, reply, f"Reached the limit of {agent.max_steps} steps."
             )
         self._commit(writer, messages, outcomes, reply, SessionStatus.ACTIVE, keep_lease=True)
-        return StepOutcome(next_step=self.step + 1, holder=self.holder)
+        return StepOutcome(next_step=self.step + 1, holder=self.holder, writer=writer)
 
     def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
         with self._ending(writer, RunStatus.COMPLETED, output=output):

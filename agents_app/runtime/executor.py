@@ -33,6 +33,7 @@ from agents_app.runtime.types import LeaseLost, StepOutcome
 from sessions_app.errors import SessionNotFound, VersionConflict
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunRecord, RunStatus, SessionState, SessionStatus
+from streams_app.backends.batching import BatchedWriter
 from streams_app.errors import WriterSuperseded
 
 logger = logging.getLogger(__name__)
@@ -46,11 +47,12 @@ def run_steps(session_id: str, run_id: str, step: int, *, time_slice: float) -> 
     """
     holder = uuid.uuid4().hex
     ends_at = time.monotonic() + time_slice
+    writer = None
     while True:
-        outcome = run_step(session_id, run_id, step, holder=holder)
+        outcome = run_step(session_id, run_id, step, holder=holder, writer=writer)
         if outcome.next_step is None or time.monotonic() >= ends_at:
             return outcome
-        step = outcome.next_step
+        step, writer = outcome.next_step, outcome.writer
 
 
 def hand_over(session_id: str, holder: str) -> None:
@@ -59,20 +61,31 @@ def hand_over(session_id: str, holder: str) -> None:
         get_session_store().release_lease(session_id, holder)
 
 
-def run_step(session_id: str, run_id: str, step: int, *, holder: str) -> StepOutcome:
+def run_step(
+    session_id: str, run_id: str, step: int, *, holder: str, writer: BatchedWriter | None = None
+) -> StepOutcome:
     """Run step `step` of the run as `holder`, or do what a redelivery of it requires.
 
     A step its run committed already is done with, unless the lease says that its holder
     died since (it never released it): that holder may have died before handing the next
     step on, so this attempt runs it.
+
+    `writer` is the stream writer of the run's previous step, when `holder` kept the lease
+    since that step's commit: the step then reads the lease it still holds and goes on with
+    that writer, where a step of its own takes the lease and opens a writer (two writes, each
+    its own commit). If the lease was lost meanwhile, it claims the step as any other would.
     """
     store = get_session_store()
     try:
-        claim = store.claim_step(session_id, holder, conf.step_lease_seconds())
+        lease_seconds = conf.step_lease_seconds()
+        claim = None if writer is None else store.resume_step(session_id, holder, lease_seconds)
+        if claim is None:
+            writer = None
+            claim = store.claim_step(session_id, holder, lease_seconds)
     except SessionNotFound:
         return StepOutcome()
     if claim is None:  # Another attempt runs it; if that worker died, its lease runs out.
-        return StepOutcome(retry_after=conf.step_lease_seconds() / 2)
+        return StepOutcome(retry_after=lease_seconds / 2)
     lease = claim.lease
     state, run = _current(claim.state, claim.run, run_id)
     if state is not None and state.step_count >= step and lease.taken_over:
@@ -97,7 +110,7 @@ def run_step(session_id: str, run_id: str, step: int, *, holder: str) -> StepOut
                 agent_type=state.agent_type,
             ),
         ):
-            return attempt.run(recover=lease.taken_over)
+            return attempt.run(recover=lease.taken_over, writer=writer)
     except (LeaseLost, WriterSuperseded, VersionConflict) as error:
         logger.warning(
             "Step %s of run %s was taken over by another worker and did not commit: %s",

@@ -6,6 +6,7 @@ from typing import Any
 
 from agents_app.llm.base import ToolCall, Usage
 from sessions_app.stores.types import Message, MessageRole
+from streams_app.backends.batching import BatchedWriter
 
 
 class LeaseLost(Exception):
@@ -18,12 +19,14 @@ class StepOutcome:
 
     With a `next_step`, `holder` still holds the session's lease: the run goes on under it,
     in this task or, once the task has handed the next step to the broker, after
-    `hand_over` releases it.
+    `hand_over` releases it. Then `writer` is the stream writer the step wrote with, which the
+    next step goes on with when it runs in this task.
     """
 
     next_step: int | None = None
     retry_after: float | None = None
     holder: str | None = None
+    writer: BatchedWriter | None = None
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,26 @@ class SessionStateStore(abc.ABC):
             run=self.get_current_run(session_id),
         )
 
+    def resume_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
+        """Return the claim for the next step of a run whose lease `holder` kept since its
+        last commit, or `None` if it no longer holds it (or the session is gone).
+
+        Nothing is taken: the version stays, as the holder's commit fenced off any earlier
+        attempt, and the lease is not bumped again. The state and current run are read as
+        `claim_step` reads them. A backend may read it all in one statement, leaving the
+        lease's expiry to its watcher; this default checks the lease by renewing it for `ttl`.
+        """
+        try:
+            if not self.renew_lease(session_id, holder, ttl):
+                return None
+        except SessionNotFound:
+            return None
+        state = self.load_state(session_id)
+        if state is None:
+            return None
+        lease = Lease(version=state.version, taken_over=False)
+        return StepClaim(lease=lease, state=state, run=self.get_current_run(session_id))
+
     @abc.abstractmethod
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         """Extend `holder`'s lease to `ttl` seconds from now; return whether it still holds it."""

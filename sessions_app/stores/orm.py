@@ -476,6 +476,17 @@ class ORMSessionStateStore(SessionStateStore):
         state = _session_state(row, row.interrupt_flag)
         return StepClaim(lease=lease, state=state, run=_claimed_run(row))
 
+    def resume_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
+        # One read, no write: the lease was kept, and the step's watcher renews it.
+        found = _fetch_named(statements(connection.vendor).resume_step, [session_id, holder])
+        if found is None:
+            return None
+        row = _read_session_row(found)
+        lease = Lease(version=row.version, taken_over=False, abandoned=row.lease_abandoned)
+        return StepClaim(
+            lease=lease, state=_session_state(row, row.interrupt_flag), run=_claimed_run(row)
+        )
+
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
         expires_at = timezone.now() + timedelta(seconds=ttl)
         return _update_lease(session_id, holder, lease_expires_at=expires_at)

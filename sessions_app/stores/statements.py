@@ -7,7 +7,8 @@ database work and not for compiling a dozen queries, which the benchmark (bench/
 costing more than that work. A run's start reads its session (with the interrupt flag) and its
 current run in the columns the store converts itself, as the claim returns them. The others do
 in one round trip what the ORM would do in several: the claim (`claim_step`, PostgreSQL only)
-takes a step lease and reads the session, its interrupt flag and its current run; the commit's
+takes a step lease and reads the session, its interrupt flag and its current run, and the
+resumption of a kept lease (`resume_step`) reads them without writing; the commit's
 lock reads the session's last message beside its row; a batch of tool call records or lease
 renewals is one statement. The naming helpers serve the stream append's statements too."""
 
@@ -66,6 +67,9 @@ class Statements:
     promote_staged: str
     # Takes a free or expired step lease (PostgreSQL only; `claim_step` composes it elsewhere).
     claim_step: str | None
+    # Reads, without writing, what a claim returns but `previous_holder`, if the holder given
+    # holds the lease. Parameters: session id, holder.
+    resume_step: str
     # Reads a session's compactions (COMPACTION_FIELDS) in the order they were added.
     compactions: str
     # Sets a begun tool call's outcome.
@@ -170,6 +174,7 @@ def statements(vendor: str) -> Statements:
             f"AND {qualified(staged, 'status')} = %s AND {qualified(staged, 'step_id')} = %s)"
         ),
         claim_step=_claim_step() if vendor == "postgresql" else None,
+        resume_step=_resume_step(),
         compactions=(
             f"SELECT {', '.join(column(compaction, name) for name in COMPACTION_FIELDS)} "
             f"FROM {table(compaction)} WHERE {column(compaction, 'session')} = %s "
@@ -307,6 +312,29 @@ def _claim_step() -> str:
         f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = claimed.{identifier} "
         f"LEFT JOIN LATERAL (SELECT * FROM {table(run)} WHERE {column(run, 'session')} = "
         f"claimed.{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1) AS run ON TRUE"
+    )
+
+
+def _resume_step() -> str:
+    """Return the read of a kept step lease: the session's row, its flag and its current run (as
+    `_claim_step` returns them), if the holder given still holds the lease.
+
+    Parameters: session id, holder. It returns no row when the session is missing or its
+    lease has another holder, or none.
+    """
+    session, flag, run = models.AgentSession, models.InterruptFlag, models.Run
+    identifier = qualified(session, "id")
+    run_columns = ", ".join(f"run.{column(run, name)} AS run_{name}" for name in CLAIMED_RUN_FIELDS)
+    current = (
+        f"SELECT {column(run, 'id')} FROM {table(run)} WHERE {column(run, 'session')} = "
+        f"{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1"
+    )
+    return (
+        f"SELECT {table(session)}.*, flag.{column(flag, 'reason')} AS flag_reason, "
+        f"flag.{column(flag, 'set_at')} AS flag_set_at, {run_columns} FROM {table(session)} "
+        f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = {identifier} "
+        f"LEFT JOIN {table(run)} AS run ON run.{column(run, 'id')} = ({current}) "
+        f"WHERE {identifier} = %s AND {qualified(session, 'lease_holder')} = %s"
     )
 
 

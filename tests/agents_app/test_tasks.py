@@ -3,9 +3,13 @@
 import pytest
 from celery.signals import before_task_publish
 
-from agents_app import tasks
+from agents_app import conf, tasks
 from agents_app.runs import services
+from agents_app.runtime import executor
+from agents_app.runtime.types import StepOutcome
 from sessions_app.models import AgentSession
+from sessions_app.stores import get_session_store
+from streams_app.models import Stream
 from tests.agents_app import agents  # noqa: F401 (registers `steady`)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
@@ -31,3 +35,35 @@ def test_the_next_step_is_sent_once_its_session_lease_is_free(owner, settings):
 
     assert holders == ["", ""]  # Steps 2 and 3, each sent with the lease free.
     assert AgentSession.objects.get(pk=started.session_id).step_count == 3
+
+
+def test_the_steps_of_one_slice_take_the_lease_and_open_the_stream_writer_once(owner, settings):
+    """The steps after the first go on under the lease and with the writer the first took: a
+    read each, where taking the lease and opening a writer are a write and a commit each."""
+    settings.HELIX = {**settings.HELIX, "STEP_TIME_SLICE_SECONDS": 60}
+    started = services.agent_start(user=owner, agent_type="steady", message="Go.")
+    session = AgentSession.objects.get(pk=started.session_id)
+    epoch = Stream.objects.get(pk=session.stream_id).writer_epoch
+
+    tasks.run_step_task.apply(args=(started.session_id, started.run_id, 1))
+
+    after = AgentSession.objects.get(pk=started.session_id)
+    assert after.step_count == 3
+    assert after.version == session.version + 1 + 3  # One claim, three commits.
+    assert Stream.objects.get(pk=session.stream_id).writer_epoch == epoch + 1
+
+
+def test_a_step_whose_kept_lease_was_taken_claims_the_step_as_any_other(owner):
+    started = services.agent_start(user=owner, agent_type="steady", message="Go.")
+    session_id, run_id = started.session_id, started.run_id
+    first = executor.run_step(session_id, run_id, 1, holder="task-a")
+    assert (first.next_step, first.holder) == (2, "task-a")
+    store = get_session_store()
+    store.release_lease(session_id, "task-a", clean=False)  # As if it ran out...
+    assert store.claim_step(session_id, "task-b", ttl=30) is not None  # ...and was taken.
+
+    second = executor.run_step(session_id, run_id, 2, holder="task-a", writer=first.writer)
+
+    assert second == StepOutcome(retry_after=conf.step_lease_seconds() / 2)
+    assert AgentSession.objects.get(pk=session_id).step_count == 1
+    assert AgentSession.objects.get(pk=session_id).lease_holder == "task-b"

@@ -153,3 +153,22 @@ def test_creating_a_session_reads_nothing_back():
 
     assert not [q["sql"] for q in creating if q["sql"].startswith("SELECT")]
     assert created.interrupt_flag is None
+
+
+def test_a_kept_lease_is_resumed_in_one_read():
+    """The next step of a run whose task kept the lease reads the session, its flag and its
+    current run in one statement, and writes nothing."""
+    store = ORMSessionStateStore()
+    session = models.AgentSession.objects.create(agent_type="assistant", lease_holder="w")
+    store.create_run(session.pk, "run-1")
+    store.create_run(session.pk, "run-2")
+    store.set_interrupt_flag(session.pk, "Stop.")
+
+    with CaptureQueriesContext(connection) as resuming:
+        resumed = store.resume_step(session.pk, "w", ttl=30)
+
+    assert [q["sql"].split()[0] for q in resuming] == ["SELECT"]
+    assert resumed.state == store.load_state(session.pk)
+    assert resumed.run == store.get_current_run(session.pk)
+    assert resumed.run.run_id == "run-2"
+    assert resumed.lease.version == session.version

@@ -1422,6 +1422,33 @@ def test_a_step_claim_reads_the_current_run(store, session_id):
     )
 
 
+def test_a_kept_step_lease_is_resumed_by_its_holder_alone_and_taken_by_nobody(store, session_id):
+    store.create_run(session_id, "run-1", metadata={"firstStep": 1})
+    store.claim_step(session_id, "worker-a", ttl=30)
+    store.save_state_and_promote_staging(  # Step 1 commits; worker-a keeps the lease.
+        session_id,
+        store.load_state(session_id),
+        [],
+        CheckpointMeta(step_id="run-1:1", step_count=1, stream_sequence=0),
+    )
+    store.set_interrupt_flag(session_id, "enough")
+    committed = store.load_state(session_id)
+
+    resumed = store.resume_step(session_id, "worker-a", ttl=30)
+
+    assert resumed.lease == Lease(version=committed.version, taken_over=False)
+    assert resumed.state == committed
+    assert resumed.state.interrupt_flag.reason == "enough"
+    assert resumed.run == store.get_current_run(session_id)
+    assert resumed.run.run_id == "run-1"
+    assert store.load_state(session_id).version == committed.version  # Nothing taken.
+    assert store.resume_step(session_id, "worker-b", ttl=30) is None
+    assert store.claim_step(session_id, "worker-b", ttl=30) is None  # Still worker-a's.
+    assert store.resume_step("missing", "worker-a", ttl=30) is None
+    assert store.release_lease(session_id, "worker-a")
+    assert store.resume_step(session_id, "worker-a", ttl=30) is None  # Free: to be claimed.
+
+
 def test_leases_are_renewed_together_for_the_holders_that_still_hold_them(store, session_id):
     other = store.create_session(agent_type="assistant").session_id
     lost = store.create_session(agent_type="assistant").session_id
