@@ -492,7 +492,8 @@ def test_step_commit_appends_writes_promotes_and_checkpoints_together(store, ses
 
 
 def test_step_commit_stages_its_own_changes_and_drops_its_tool_call_records(store, session_id):
-    store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="call-0")])
+    old = StagedToolChange(tool_call_id="call-2", merge_ops=[ReplaceOp(key="old", value=0)])
+    store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="call-0"), old])
     store.begin_tool_calls(session_id, "step-1", ["call-1", "call-2"])
     store.begin_tool_calls(session_id, "step-2", ["call-1"])
     first, last = (
@@ -519,6 +520,7 @@ def test_step_commit_stages_its_own_changes_and_drops_its_tool_call_records(stor
         ("call-2", StagedChangeStatus.PROMOTED, result.checkpoint_id),
     ]
     assert next(c for c in staged if c.tool_call_id == "call-1").merge_ops == last.merge_ops
+    assert next(c for c in staged if c.tool_call_id == "call-2").merge_ops == []  # Replaced.
     assert store.get_tool_calls(session_id, "step-1") == {}
     assert list(store.get_tool_calls(session_id, "step-2")) == ["call-1"]
 
