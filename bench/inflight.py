@@ -24,14 +24,18 @@ import asyncio
 import contextlib
 import itertools
 import json
+import multiprocessing
+import os
 import statistics
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import django
 import psycopg
+from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
 from agents_app.runs.services import agent_session_create, agent_start
@@ -48,6 +52,7 @@ from bench.steps import (
     workers,
 )
 from bench.streams import DAPHNE_APPLICATION_NAME, daphne_env
+from helix_project.celery import app
 from sessions_app.models import Checkpoint, Run
 
 LEGEND = (
@@ -62,9 +67,12 @@ THREADS_PER_WORKER = 600
 DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
-# Threads starting the runs: many users at once. Each start waits on the database most of its
-# time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
+# Threads starting the runs, over a few processes: many users at once. Each start waits on the
+# database most of its time, so a few threads would make the starters, not Helix, what limits
+# the rate at N=1000.
 START_THREADS = 16
+STARTER_PROCESSES = 2
+STARTER_APPLICATION_NAME = "helix-bench-starter"
 RUN_TIMEOUT = 600.0
 IDEAL_SHARE_TARGET = 0.8  # At N=100: steps/s at least this share of the ideal.
 SATURATION_SHARE_TARGET = 0.9  # At larger N: at least this share of the saturation figure.
@@ -86,10 +94,10 @@ def run(options: Options) -> Iterator[Table]:
     }
     pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
     pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
-    with workers(**pools) as running, daphne(env) as server:
+    with workers(**pools) as running, daphne(env) as server, _starters(env) as starters:
         steps_per_second(owner, 1)  # Warm both workers up.
         saturation = steps_per_second(owner, SATURATION_SESSIONS)
-        results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
+        results = [_in_flight(owner, cookie, server, running, starters, size) for size in sizes]
     yield _table(results, saturation, options)
     yield _fairness_table(owner, options)
 
@@ -108,7 +116,9 @@ class InFlight:
     peak_rss_kb: list[int]
 
 
-def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) -> InFlight:
+def _in_flight(
+    owner, cookie: str, server: Server, running: Workers, starters: Executor, size: int
+) -> InFlight:
     """Start `size` waiter runs at once, follow some over WebSocket; return what was measured."""
     session_ids = [
         agent_session_create(user=owner, agent_type=agents.WAITER_AGENT_TYPE).session_id
@@ -118,7 +128,7 @@ def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) 
     with _Sampler(running) as sampler:
         idle = sampler.rss_kb()
         clients, elapsed = asyncio.run(
-            _run_and_follow(owner, cookie, server, session_ids, followed)
+            _run_and_follow(owner, cookie, server, starters, session_ids, followed)
         )
     run_ids = list(Run.objects.filter(session_id__in=session_ids).values_list("id", flat=True))
     return InFlight(
@@ -142,7 +152,12 @@ class _Client:
 
 
 async def _run_and_follow(
-    owner, cookie: str, server: Server, session_ids: list[str], followed: list[str]
+    owner,
+    cookie: str,
+    server: Server,
+    starters: Executor,
+    session_ids: list[str],
+    followed: list[str],
 ) -> tuple[list[_Client], float]:
     """Connect the clients, start every run, wait for all to end; return clients and seconds."""
     sockets = await asyncio.gather(
@@ -154,7 +169,7 @@ async def _run_and_follow(
     clients = [_Client() for _ in followed]
     following = asyncio.gather(*(_follow(s, c) for s, c in zip(sockets, clients, strict=True)))
     started = time.perf_counter()
-    run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
+    run_ids = await asyncio.to_thread(_start_all, starters, owner.pk, session_ids)
     await asyncio.to_thread(_wait_until_ended, run_ids)
     elapsed = time.perf_counter() - started
     await asyncio.wait_for(following, 60)
@@ -181,8 +196,44 @@ async def _follow(socket, client: _Client) -> None:
                     client.first_deltas.append(delay)
 
 
-def _start_all(owner, session_ids: list[str]) -> list[str]:
-    """Start a waiter run on every session from `START_THREADS` threads, as many users would."""
+@contextlib.contextmanager
+def _starters(env: dict[str, str]) -> Iterator[Executor]:
+    """Run processes that start runs as the API's processes would, each on Daphne's
+    environment and this process's queue, until the block exits.
+
+    Starting a thousand runs from this process, whose one interpreter lock its WebSocket
+    clients share, would make it, not Helix, what sets when the last run begins.
+    """
+    env = {**env, "PGAPPNAME": STARTER_APPLICATION_NAME}
+    env["DATABASE_POOL_MAX_SIZE"] = str(START_THREADS // STARTER_PROCESSES)
+    context = multiprocessing.get_context("spawn")  # This process runs threads: no fork.
+    with ProcessPoolExecutor(
+        STARTER_PROCESSES,
+        mp_context=context,
+        initializer=_become_starter,
+        initargs=(env, app.conf.task_default_queue),
+    ) as pool:
+        list(pool.map(time.sleep, [0.1] * STARTER_PROCESSES * 2))  # Each is set up.
+        yield pool
+
+
+def _become_starter(env: dict[str, str], queue: str) -> None:
+    """Set up a starting process: Django on `env`, its steps sent to `queue`."""
+    os.environ.update(env)
+    django.setup()
+    app.conf.task_default_queue = queue
+
+
+def _start_all(starters: Executor, owner_id: int, session_ids: list[str]) -> list[str]:
+    """Start a waiter run on every session, shared among the starting processes."""
+    shares = [session_ids[index::STARTER_PROCESSES] for index in range(STARTER_PROCESSES)]
+    started = starters.map(_start_some, [owner_id] * STARTER_PROCESSES, shares)
+    return [run_id for share in started for run_id in share]
+
+
+def _start_some(owner_id: int, session_ids: list[str]) -> list[str]:
+    """Start a waiter run on each session from a few threads, as many users would."""
+    owner = get_user_model().objects.get(pk=owner_id)
 
     def start(session_id: str) -> str:
         try:
@@ -195,26 +246,27 @@ def _start_all(owner, session_ids: list[str]) -> list[str]:
         finally:
             connections.close_all()
 
-    with ThreadPoolExecutor(max_workers=START_THREADS) as pool:
+    with ThreadPoolExecutor(max_workers=START_THREADS // STARTER_PROCESSES) as pool:
         return list(pool.map(start, session_ids))
 
 
 def _wait_until_ended(run_ids: list[str]) -> None:
-    """Return once every run ended; raise if one failed or they take too long."""
+    """Return once every run ended; raise if one failed or they take too long.
+
+    It looks at the runs still going, more often as they get fewer: the last one's end is
+    seen within about 10 ms, and a thousand runs are not read a hundred times a second.
+    """
     deadline = time.monotonic() + RUN_TIMEOUT
+    going = list(run_ids)
     try:
-        while True:
-            statuses = Run.objects.filter(pk__in=run_ids).values_list("status", flat=True)
-            statuses = list(statuses)
-            if Run.Status.FAILED in statuses:
-                failed = Run.objects.filter(pk__in=run_ids, status=Run.Status.FAILED)
-                errors = sorted(set(failed.values_list("error", flat=True)))
-                raise RuntimeError(f"{failed.count()} benchmark runs failed: {errors[:3]}")
-            if Run.Status.RUNNING not in statuses:
-                return
+        while going:
+            rows = Run.objects.filter(pk__in=going).values_list("pk", "status", "error")
+            if failed := {error for _, status, error in rows if status == Run.Status.FAILED}:
+                raise RuntimeError(f"Benchmark runs failed: {sorted(failed)[:3]}")
+            going = [pk for pk, status, _ in rows if status == Run.Status.RUNNING]
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(run_ids)} runs did not end within {RUN_TIMEOUT:.0f} s")
-            time.sleep(0.1)
+                raise TimeoutError(f"{len(going)} runs did not end within {RUN_TIMEOUT:.0f} s")
+            time.sleep(0.01 + len(going) / 10_000)
     finally:
         connections.close_all()
 
