@@ -19,7 +19,7 @@ def step_time_slice_seconds() -> float:
 
     Past the slice, the task gives the run's next step to the broker and ends, so one long
     run never keeps a worker from the others (``HELIX["STEP_TIME_SLICE_SECONDS"]``; 0 runs one
-    step per task).
+    step per task), unless its worker has threads to spare (`agents_app.tasks`).
     """
     return float(helix_setting("STEP_TIME_SLICE_SECONDS", 2.0))
 

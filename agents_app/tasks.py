@@ -5,10 +5,14 @@ this module (`app.autodiscover_tasks()`): a sweep when a worker starts, its metr
 closing broken database connections before each task.
 """
 
+import functools
 import logging
+from dataclasses import dataclass
 
+from celery import current_app as app
 from celery import shared_task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_ready
+from celery.worker import state as worker_state
 from django.db import close_old_connections
 
 from agents_app import conf
@@ -22,6 +26,9 @@ from streams_app.services import purge_expired_streams
 
 logger = logging.getLogger(__name__)
 
+# The longest a step task goes on with its run while its worker has threads to spare.
+LONGEST_TASK_SECONDS = 60.0
+
 
 @shared_task(
     name=dispatch.RUN_STEP, acks_late=True, reject_on_worker_lost=True, bind=True, max_retries=None
@@ -30,13 +37,20 @@ def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0
     """Run the run's steps from `step` on for a time slice; hand the next one to the broker.
 
     Each step is its own durable commit; after `HELIX["STEP_TIME_SLICE_SECONDS"]` the task
-    enqueues the next step and ends, so runs take turns on the workers. A step that raises is
-    tried again with backoff (`errors` counts its failures); after
-    `HELIX["STEP_ERROR_RETRIES"]` retries its run fails, rather than stay running forever.
+    enqueues the next step and ends, so runs take turns on the workers, unless its worker has
+    threads to spare: then no task waits for this one's thread, and it goes on, for at most
+    half the broker's visibility timeout. A step that raises is tried again with backoff
+    (`errors` counts its failures); after `HELIX["STEP_ERROR_RETRIES"]` retries its run
+    fails, rather than stay running forever.
     """
     try:
         outcome = executor.run_steps(
-            session_id, run_id, step, time_slice=conf.step_time_slice_seconds()
+            session_id,
+            run_id,
+            step,
+            time_slice=conf.step_time_slice_seconds(),
+            spare=functools.partial(_threads_to_spare, self.request.id),
+            longest=_longest_task_seconds(),
         )
     except Exception as error:
         if errors < conf.step_error_retries():
@@ -104,6 +118,37 @@ def recover_stalled_runs_task() -> None:
 def _recover_on_start(sender, **kwargs) -> None:
     """A starting worker sweeps once: what died with its predecessor is found at once."""
     recover_stalled_runs_task.delay()
+
+
+@dataclass
+class _Pool:
+    """How many tasks the pool of the worker in this process runs at once (0: not known)."""
+
+    size: int = 0
+
+
+_pool = _Pool()
+
+
+@worker_ready.connect
+def _note_pool_size(sender, **kwargs) -> None:
+    """Note the pool's size, as the worker resolved it from its options."""
+    _pool.size = sender.pool.limit or 0
+
+
+def _threads_to_spare(task_id: str) -> bool:
+    """Return whether the worker running this task has threads to spare: its pool runs tasks
+    in this process (threads; a forking pool's child sees none of its worker's tasks) and
+    holds fewer than it can run, so none waits for a thread, here or in the broker (the
+    worker prefetches as many as it can run)."""
+    return task_id in worker_state.requests and len(worker_state.reserved_requests) < _pool.size
+
+
+def _longest_task_seconds() -> float:
+    """Return how long a step task may go on: half the broker's visibility timeout, past which
+    a Redis broker hands the unacknowledged task to another worker, and a minute at most."""
+    timeout = (app.conf.broker_transport_options or {}).get("visibility_timeout")
+    return min(LONGEST_TASK_SECONDS, timeout / 2) if timeout else LONGEST_TASK_SECONDS
 
 
 @worker_init.connect

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import Callable
 
 from agents_app import conf
 from agents_app.observability import metrics, tracing
@@ -39,18 +40,32 @@ from streams_app.errors import WriterSuperseded
 logger = logging.getLogger(__name__)
 
 
-def run_steps(session_id: str, run_id: str, step: int, *, time_slice: float) -> StepOutcome:
+def run_steps(
+    session_id: str,
+    run_id: str,
+    step: int,
+    *,
+    time_slice: float,
+    spare: Callable[[], bool] = lambda: False,
+    longest: float = 0.0,
+) -> StepOutcome:
     """Run the run's steps from `step` on, one durable commit each, for about `time_slice`.
 
-    Return the outcome of the last step run: the task hands its `next_step` to the broker,
-    so a long run takes turns with the others rather than keeping a worker to itself.
+    Past the slice it goes on while `spare()` says that its worker has threads to spare (no
+    other task waits for this one's), up to `longest` seconds in all. Then it returns the
+    outcome of the last step run: the task hands its `next_step` to the broker, so a long
+    run takes turns with the others rather than keeping a worker to itself. A slice of 0 runs
+    one step.
     """
     holder = uuid.uuid4().hex
-    ends_at = time.monotonic() + time_slice
+    began = time.monotonic()
     writer = None
     while True:
         outcome = run_step(session_id, run_id, step, holder=holder, writer=writer)
-        if outcome.next_step is None or time.monotonic() >= ends_at:
+        if outcome.next_step is None:
+            return outcome
+        ran = time.monotonic() - began
+        if ran >= time_slice and (time_slice <= 0 or ran >= longest or not spare()):
             return outcome
         step, writer = outcome.next_step, outcome.writer
 
