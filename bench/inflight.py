@@ -25,21 +25,18 @@ import contextlib
 import itertools
 import json
 import multiprocessing
-import os
 import statistics
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-import django
 import psycopg
-from django.contrib.auth import get_user_model
 from django.db import connection, connections
 
 from agents_app.runs.services import agent_session_create, agent_start
-from bench import agents
+from bench import agents, starters
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.live import Server, connect_websocket, daphne
 from bench.raw import connect
@@ -68,8 +65,8 @@ DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
 # Threads starting the runs, over a few processes: many users at once. Each start waits on the
-# database most of its time, so a few threads would make the starters, not Helix, what limits
-# the rate at N=1000.
+# database most of its time, so a few threads would make the starting processes, not Helix,
+# what limits the rate at N=1000.
 START_THREADS = 16
 STARTER_PROCESSES = 2
 STARTER_APPLICATION_NAME = "helix-bench-starter"
@@ -94,10 +91,10 @@ def run(options: Options) -> Iterator[Table]:
     }
     pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
     pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
-    with workers(**pools) as running, daphne(env) as server, _starters(env) as starters:
+    with workers(**pools) as running, daphne(env) as server, _starters(env) as starter_pool:
         steps_per_second(owner, 1)  # Warm both workers up.
         saturation = steps_per_second(owner, SATURATION_SESSIONS)
-        results = [_in_flight(owner, cookie, server, running, starters, size) for size in sizes]
+        results = [_in_flight(owner, cookie, server, running, starter_pool, size) for size in sizes]
     yield _table(results, saturation, options)
     yield _fairness_table(owner, options)
 
@@ -117,7 +114,7 @@ class InFlight:
 
 
 def _in_flight(
-    owner, cookie: str, server: Server, running: Workers, starters: Executor, size: int
+    owner, cookie: str, server: Server, running: Workers, starter_pool: Executor, size: int
 ) -> InFlight:
     """Start `size` waiter runs at once, follow some over WebSocket; return what was measured."""
     session_ids = [
@@ -128,7 +125,7 @@ def _in_flight(
     with _Sampler(running) as sampler:
         idle = sampler.rss_kb()
         clients, elapsed = asyncio.run(
-            _run_and_follow(owner, cookie, server, starters, session_ids, followed)
+            _run_and_follow(owner, cookie, server, starter_pool, session_ids, followed)
         )
     run_ids = list(Run.objects.filter(session_id__in=session_ids).values_list("id", flat=True))
     return InFlight(
@@ -155,7 +152,7 @@ async def _run_and_follow(
     owner,
     cookie: str,
     server: Server,
-    starters: Executor,
+    starter_pool: Executor,
     session_ids: list[str],
     followed: list[str],
 ) -> tuple[list[_Client], float]:
@@ -169,7 +166,7 @@ async def _run_and_follow(
     clients = [_Client() for _ in followed]
     following = asyncio.gather(*(_follow(s, c) for s, c in zip(sockets, clients, strict=True)))
     started = time.perf_counter()
-    run_ids = await asyncio.to_thread(_start_all, starters, owner.pk, session_ids)
+    run_ids = await asyncio.to_thread(_start_all, starter_pool, owner.pk, session_ids)
     await asyncio.to_thread(_wait_until_ended, run_ids)
     elapsed = time.perf_counter() - started
     await asyncio.wait_for(following, 60)
@@ -210,44 +207,28 @@ def _starters(env: dict[str, str]) -> Iterator[Executor]:
     with ProcessPoolExecutor(
         STARTER_PROCESSES,
         mp_context=context,
-        initializer=_become_starter,
+        initializer=starters.become_starter,
         initargs=(env, app.conf.task_default_queue),
     ) as pool:
         list(pool.map(time.sleep, [0.1] * STARTER_PROCESSES * 2))  # Each is set up.
         yield pool
 
 
-def _become_starter(env: dict[str, str], queue: str) -> None:
-    """Set up a starting process: Django on `env`, its steps sent to `queue`."""
-    os.environ.update(env)
-    django.setup()
-    app.conf.task_default_queue = queue
-
-
-def _start_all(starters: Executor, owner_id: int, session_ids: list[str]) -> list[str]:
+def _start_all(pool: Executor, owner_id: int, session_ids: list[str]) -> list[str]:
     """Start a waiter run on every session, shared among the starting processes."""
     shares = [session_ids[index::STARTER_PROCESSES] for index in range(STARTER_PROCESSES)]
-    started = starters.map(_start_some, [owner_id] * STARTER_PROCESSES, shares)
-    return [run_id for share in started for run_id in share]
-
-
-def _start_some(owner_id: int, session_ids: list[str]) -> list[str]:
-    """Start a waiter run on each session from a few threads, as many users would."""
-    owner = get_user_model().objects.get(pk=owner_id)
-
-    def start(session_id: str) -> str:
-        try:
-            return agent_start(
-                user=owner,
-                agent_type=agents.WAITER_AGENT_TYPE,
-                message="Take your time.",
-                session_id=session_id,
-            ).run_id
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(max_workers=START_THREADS // STARTER_PROCESSES) as pool:
-        return list(pool.map(start, session_ids))
+    started = [
+        pool.submit(
+            starters.start_runs,
+            owner_id,
+            agents.WAITER_AGENT_TYPE,
+            "Take your time.",
+            share,
+            START_THREADS // STARTER_PROCESSES,
+        )
+        for share in shares
+    ]
+    return [run_id for future in started for run_id in future.result()]
 
 
 def _wait_until_ended(run_ids: list[str]) -> None:

@@ -28,7 +28,7 @@ DELIVERY_TITLES = (
 @pytest.fixture(scope="module")
 def live_parts() -> subprocess.CompletedProcess[str]:
     """One quick run of the parts that start Daphne and workers, which two tests read."""
-    return _quick_bench("stores", "streams", "steps", "scaleout")
+    return _quick_bench("stores", "streams", "steps", "scaleout", "inflight")
 
 
 @pytest.mark.postgres
@@ -55,6 +55,17 @@ def test_quick_bench_prints_ratios(live_parts) -> None:
     for metric in ("steps/s, 1", "steps/s, 50"):  # Against the raw floor and raw commits.
         assert re.search(RATIO_ROW.format(metric=metric), result.stdout, re.M), result.stdout
     assert re.search(STRICT_ROW.format(metric="ms per step"), result.stdout, re.M), result.stdout
+
+
+@pytest.mark.postgres
+def test_quick_in_flight_bench_reports_its_share_connections_and_fairness(live_parts) -> None:
+    stdout = live_parts.stdout
+    assert "Conversations in flight" in stdout
+    for metric in ("share of the ideal 20 steps/s", "peak database connections"):
+        assert re.search(rf"^  N=20: {metric} .*(PASS|FAIL)$", stdout, re.M), stdout
+    assert re.search(r"^  N=20: first delta p50 ms +[\d.]+", stdout, re.M), stdout
+    assert "Fairness: one-step runs beside a long run" in stdout
+    assert re.search(r"^  short run p99 ms, beside the long run +[\d.]+", stdout, re.M), stdout
 
 
 @pytest.mark.postgres
