@@ -1,8 +1,9 @@
 """Celery tasks: thin wrappers that call the executor with ids (STYLE 6).
 
 With them, the worker signal handlers Helix needs, connected when the site's Celery app finds
-this module (`app.autodiscover_tasks()`): a sweep when a worker starts, its metrics server, and
-closing broken database connections before each task.
+this module (`app.autodiscover_tasks()`): a sweep when a worker starts, its metrics server, the
+size of its pool (a step task past its time slice goes on while threads are spare), and closing
+broken database connections before each task.
 """
 
 import functools
