@@ -131,7 +131,9 @@ _ORDERINGS = {
 
 
 # A path of the session's messages, the start message first and then its ancestors, at most
-# the given number. `{start}` is the start message's id: a parameter, or LATEST_LEAF.
+# the given number, each row ending with whether the session has compactions (`compacted`, so
+# that a history read of a session without any reads nothing more). `{start}` is the start
+# message's id: a parameter, or LATEST_LEAF.
 HISTORY = """
 WITH RECURSIVE path AS (
     SELECT {columns}, 1 AS depth FROM sessions_app_message m
@@ -141,7 +143,8 @@ WITH RECURSIVE path AS (
     JOIN path ON m.id = path.parent_id
     WHERE path.depth < %s
 )
-SELECT * FROM path ORDER BY depth
+SELECT *, EXISTS (SELECT 1 FROM sessions_app_compaction c WHERE c.session_id = %s) AS compacted
+FROM path ORDER BY depth
 """
 # The end of a session's active branch: the message appended last, a leaf since its answers
 # would have been appended after it. The (session, sequence) constraint's index serves it.
@@ -602,23 +605,7 @@ class ORMSessionStateStore(SessionStateStore):
     def get_path(
         self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
     ) -> list[Message]:
-        rules.check_page(0, chunk_size)
-        start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
-        path: list[Message] = []
-        with connection.cursor() as cursor:
-            while True:
-                sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
-                cursor.execute(sql, [session_id, *params, chunk_size])
-                chunk = [_message_from_row(row) for row in cursor.fetchall()]
-                path += chunk
-                if len(chunk) < chunk_size or chunk[-1].parent_id is None:
-                    break
-                start, params = "%s", [chunk[-1].parent_id]
-        if not path:
-            _require(session_id)
-            if leaf_id is not None:
-                raise MessageNotFound(session_id, leaf_id)
-        return path[::-1]
+        return _path(session_id, leaf_id, chunk_size)[0]
 
     def get_branches(self, session_id: str, message_id: str) -> list[Message]:
         rows = models.Message.objects.filter(session_id=session_id, parent_id=message_id)
@@ -677,8 +664,8 @@ class ORMSessionStateStore(SessionStateStore):
     def get_history(
         self, session_id: str, leaf_id: str | None = None, *, chunk_size: int = 1000
     ) -> list[Message]:
-        path = self.get_path(session_id, leaf_id, chunk_size=chunk_size)  # Finds the session.
-        return rules.apply_compactions(path, _compactions(session_id))
+        path, compacted = _path(session_id, leaf_id, chunk_size)  # Finds the session.
+        return rules.apply_compactions(path, _compactions(session_id) if compacted else [])
 
     def get_compactions(self, session_id: str) -> list[Compaction]:
         _require(session_id)
@@ -1317,6 +1304,31 @@ def _said(message: Message) -> dict[str, Any]:
         "parts": message.parts,
         "metadata": message.metadata,
     }
+
+
+def _path(session_id: str, leaf_id: str | None, chunk_size: int) -> tuple[list[Message], bool]:
+    """Return the path to `leaf_id` (or the latest leaf), root first, read `chunk_size`
+    messages a statement, and whether the session has compactions (false when it has no
+    messages: there is nothing to compact)."""
+    rules.check_page(0, chunk_size)
+    start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
+    path: list[Message] = []
+    compacted = False
+    with connection.cursor() as cursor:
+        while True:
+            sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
+            cursor.execute(sql, [session_id, *params, chunk_size, session_id])
+            rows = cursor.fetchall()
+            path += [_message_from_row(row) for row in rows]
+            compacted = compacted or bool(rows and rows[0][-1])
+            if len(rows) < chunk_size or path[-1].parent_id is None:
+                break
+            start, params = "%s", [path[-1].parent_id]
+    if not path:
+        _require(session_id)
+        if leaf_id is not None:
+            raise MessageNotFound(session_id, leaf_id)
+    return path[::-1], compacted
 
 
 def _compactions(session_id: str) -> list[Compaction]:

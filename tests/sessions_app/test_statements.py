@@ -9,7 +9,7 @@ from sessions_app import models
 from sessions_app.errors import RunAlreadyExists, RunNotFound, SessionNotFound
 from sessions_app.stores.orm import ORMSessionStateStore
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
-from sessions_app.stores.types import RunStatus
+from sessions_app.stores.types import Message, MessageRole, RunStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -172,3 +172,23 @@ def test_a_kept_lease_is_resumed_in_one_read():
     assert resumed.run == store.get_current_run(session.pk)
     assert resumed.run.run_id == "run-2"
     assert resumed.lease.version == session.version
+
+
+def test_a_history_read_looks_for_compactions_only_where_the_session_has_some():
+    """The path's statement says whether the session has compactions: a session without any
+    (most) costs one statement a read."""
+    store = ORMSessionStateStore()
+    session_id = store.create_session(agent_type="assistant").session_id
+    messages = [Message(role=MessageRole.USER, content=f"m{n}", id=f"m{n}") for n in range(3)]
+    store.append_messages(session_id, messages)
+
+    with CaptureQueriesContext(connection) as plain:
+        history = store.get_history(session_id)
+    compaction = store.add_compaction(session_id, "Summary", "m0", "m1")
+    with CaptureQueriesContext(connection) as compacted:
+        overlaid = store.get_history(session_id, chunk_size=1)  # The flag rides every chunk.
+
+    assert len(plain) == 1
+    assert [m.content for m in history] == ["m0", "m1", "m2"]
+    assert len(compacted) == 3 + 1  # A statement per message, then the compactions.
+    assert [m.id for m in overlaid] == [f"compaction_{compaction.compaction_id}", "m2"]
