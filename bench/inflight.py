@@ -24,19 +24,18 @@ import asyncio
 import contextlib
 import itertools
 import json
-import multiprocessing
 import statistics
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import psycopg
 from django.db import connection, connections
 
 from agents_app.runs.services import agent_session_create, agent_start
-from bench import agents, starters
+from bench import agents
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.live import Server, connect_websocket, daphne
 from bench.raw import connect
@@ -49,7 +48,6 @@ from bench.steps import (
     workers,
 )
 from bench.streams import DAPHNE_APPLICATION_NAME, daphne_env
-from helix_project.celery import app
 from sessions_app.models import Checkpoint, Run
 
 LEGEND = (
@@ -64,12 +62,9 @@ THREADS_PER_WORKER = 600
 DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
-# Threads starting the runs, over a few processes: many users at once. Each start waits on the
-# database most of its time, so a few threads would make the starting processes, not Helix,
-# what limits the rate at N=1000.
+# Threads starting the runs: many users at once. Each start waits on the database most of its
+# time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
 START_THREADS = 16
-STARTER_PROCESSES = 2
-STARTER_APPLICATION_NAME = "helix-bench-starter"
 RUN_TIMEOUT = 600.0
 IDEAL_SHARE_TARGET = 0.8  # At N=100: steps/s at least this share of the ideal.
 SATURATION_SHARE_TARGET = 0.9  # At larger N: at least this share of the saturation figure.
@@ -91,10 +86,10 @@ def run(options: Options) -> Iterator[Table]:
     }
     pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
     pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
-    with workers(**pools) as running, daphne(env) as server, _starters(env) as starter_pool:
+    with workers(**pools) as running, daphne(env) as server:
         steps_per_second(owner, 1)  # Warm both workers up.
         saturation = steps_per_second(owner, SATURATION_SESSIONS)
-        results = [_in_flight(owner, cookie, server, running, starter_pool, size) for size in sizes]
+        results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
     yield _table(results, saturation, options)
     yield _fairness_table(owner, options)
 
@@ -113,9 +108,7 @@ class InFlight:
     peak_rss_kb: list[int]
 
 
-def _in_flight(
-    owner, cookie: str, server: Server, running: Workers, starter_pool: Executor, size: int
-) -> InFlight:
+def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) -> InFlight:
     """Start `size` waiter runs at once, follow some over WebSocket; return what was measured."""
     session_ids = [
         agent_session_create(user=owner, agent_type=agents.WAITER_AGENT_TYPE).session_id
@@ -125,7 +118,7 @@ def _in_flight(
     with _Sampler(running) as sampler:
         idle = sampler.rss_kb()
         clients, elapsed = asyncio.run(
-            _run_and_follow(owner, cookie, server, starter_pool, session_ids, followed)
+            _run_and_follow(owner, cookie, server, session_ids, followed)
         )
     run_ids = list(Run.objects.filter(session_id__in=session_ids).values_list("id", flat=True))
     return InFlight(
@@ -149,12 +142,7 @@ class _Client:
 
 
 async def _run_and_follow(
-    owner,
-    cookie: str,
-    server: Server,
-    starter_pool: Executor,
-    session_ids: list[str],
-    followed: list[str],
+    owner, cookie: str, server: Server, session_ids: list[str], followed: list[str]
 ) -> tuple[list[_Client], float]:
     """Connect the clients, start every run, wait for all to end; return clients and seconds."""
     sockets = await asyncio.gather(
@@ -166,7 +154,7 @@ async def _run_and_follow(
     clients = [_Client() for _ in followed]
     following = asyncio.gather(*(_follow(s, c) for s, c in zip(sockets, clients, strict=True)))
     started = time.perf_counter()
-    run_ids = await asyncio.to_thread(_start_all, starter_pool, owner.pk, session_ids)
+    run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
     await asyncio.to_thread(_wait_until_ended, run_ids)
     elapsed = time.perf_counter() - started
     await asyncio.wait_for(following, 60)
@@ -193,42 +181,22 @@ async def _follow(socket, client: _Client) -> None:
                     client.first_deltas.append(delay)
 
 
-@contextlib.contextmanager
-def _starters(env: dict[str, str]) -> Iterator[Executor]:
-    """Run processes that start runs as the API's processes would, each on Daphne's
-    environment and this process's queue, until the block exits.
+def _start_all(owner, session_ids: list[str]) -> list[str]:
+    """Start a waiter run on every session from `START_THREADS` threads, as many users would."""
 
-    Starting a thousand runs from this process, whose one interpreter lock its WebSocket
-    clients share, would make it, not Helix, what sets when the last run begins.
-    """
-    env = {**env, "PGAPPNAME": STARTER_APPLICATION_NAME}
-    env["DATABASE_POOL_MAX_SIZE"] = str(START_THREADS // STARTER_PROCESSES)
-    context = multiprocessing.get_context("spawn")  # This process runs threads: no fork.
-    with ProcessPoolExecutor(
-        STARTER_PROCESSES,
-        mp_context=context,
-        initializer=starters.become_starter,
-        initargs=(env, app.conf.task_default_queue),
-    ) as pool:
-        list(pool.map(time.sleep, [0.1] * STARTER_PROCESSES * 2))  # Each is set up.
-        yield pool
+    def start(session_id: str) -> str:
+        try:
+            return agent_start(
+                user=owner,
+                agent_type=agents.WAITER_AGENT_TYPE,
+                message="Take your time.",
+                session_id=session_id,
+            ).run_id
+        finally:
+            connections.close_all()
 
-
-def _start_all(pool: Executor, owner_id: int, session_ids: list[str]) -> list[str]:
-    """Start a waiter run on every session, shared among the starting processes."""
-    shares = [session_ids[index::STARTER_PROCESSES] for index in range(STARTER_PROCESSES)]
-    started = [
-        pool.submit(
-            starters.start_runs,
-            owner_id,
-            agents.WAITER_AGENT_TYPE,
-            "Take your time.",
-            share,
-            START_THREADS // STARTER_PROCESSES,
-        )
-        for share in shares
-    ]
-    return [run_id for future in started for run_id in future.result()]
+    with ThreadPoolExecutor(max_workers=START_THREADS) as pool:
+        return list(pool.map(start, session_ids))
 
 
 def _wait_until_ended(run_ids: list[str]) -> None:
