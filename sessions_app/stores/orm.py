@@ -1485,12 +1485,25 @@ def _session_converters(vendor: str) -> dict[str, tuple[str, Any, list[Callable]
 
 
 def _fetch_named(sql: str, params: list[Any]) -> dict[str, Any] | None:
-    """Run a statement; return its first row by column name, if any."""
+    """Run a statement; return its first row by column name, if any.
+
+    The names are the statement's, kept from its first run: psycopg builds its description
+    afresh at each look, an object per column, which for a session's row cost more than
+    the statement. A row of another length (a migration added a column) reads them again.
+    """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchone()
-        names = [described[0] for described in cursor.description]
-    return None if found is None else dict(zip(names, found, strict=True))
+        if found is None:
+            return None
+        names = _COLUMN_NAMES.get(sql)
+        if names is None or len(names) != len(found):
+            names = _COLUMN_NAMES[sql] = tuple(described[0] for described in cursor.description)
+    return dict(zip(names, found, strict=True))
+
+
+# The column names of the statements `_fetch_named` ran, by statement.
+_COLUMN_NAMES: dict[str, tuple[str, ...]] = {}
 
 
 def _read_session_row(values: dict[str, Any]) -> SimpleNamespace:

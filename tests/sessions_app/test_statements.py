@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_app import models
 from sessions_app.errors import RunAlreadyExists, RunNotFound, SessionNotFound
-from sessions_app.stores.orm import ORMSessionStateStore
+from sessions_app.stores.orm import ORMSessionStateStore, _fetch_named
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
 from sessions_app.stores.types import Message, MessageRole, RunStatus
 
@@ -192,3 +192,18 @@ def test_a_history_read_looks_for_compactions_only_where_the_session_has_some():
     assert [m.content for m in history] == ["m0", "m1", "m2"]
     assert len(compacted) == 3 + 1  # A statement per message, then the compactions.
     assert [m.id for m in overlaid] == [f"compaction_{compaction.compaction_id}", "m2"]
+
+
+def test_a_named_read_follows_its_statement_when_a_migration_adds_a_column():
+    """The names are kept from a statement's first run, and read again for a row that no
+    longer fits them."""
+    sql = "SELECT * FROM helix_test_named"
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE helix_test_named (a integer)")
+        cursor.execute("INSERT INTO helix_test_named VALUES (1)")
+
+    assert _fetch_named(sql, []) == {"a": 1}
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE helix_test_named ADD COLUMN b integer DEFAULT 2")
+    assert _fetch_named(sql, []) == {"a": 1, "b": 2}
+    assert _fetch_named(sql + " WHERE a = 0", []) is None
