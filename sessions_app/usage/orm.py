@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -224,7 +225,7 @@ def _existing(session_ids: Sequence[str]) -> set[str]:
         return {session_id for (session_id,) in cursor.fetchall()}
 
 
-def _insert(rows: list[models.UsageEntry]) -> None:
+def _insert(rows: list[SimpleNamespace]) -> None:
     """Insert the rows in one written-out statement and set their ids."""
     names = tuple(field.name for field in _INSERTED_FIELDS)
     values = []
@@ -237,7 +238,7 @@ def _insert(rows: list[models.UsageEntry]) -> None:
         cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
         ids = [row_id for (row_id,) in cursor.fetchall()]
     for row, row_id in zip(rows, ids, strict=True):  # In insertion order on both databases.
-        row.pk = row_id
+        row.pk = row.id = row_id
 
 
 # Every column of an entry but its id, which the database gives it.
@@ -246,14 +247,23 @@ _INSERTED_FIELDS = tuple(
 )
 
 
-def _row(entry: UsageEntry) -> models.UsageEntry:
-    row = models.UsageEntry(
-        session_id=entry.session_id,
-        run_id=entry.run_id or "",
-        step_count=entry.step_count,
-        kind=entry.kind,
-        created_at=entry.created_at,
-    )
+@functools.cache
+def _column_defaults() -> dict[str, Any]:
+    """Return the fields' constant defaults by attribute name (`created_at` is always given)."""
+    return {
+        field.attname: field.get_default()
+        for field in models.UsageEntry._meta.concrete_fields
+        if not (field.has_default() and callable(field.default))
+    }
+
+
+def _row(entry: UsageEntry) -> SimpleNamespace:
+    """Return the row to insert for `entry`, as a model instance's attributes would hold it
+    (no instance: a step commit records its usage, and building one cost more than its
+    insert's parameters)."""
+    row = SimpleNamespace(**_column_defaults())
+    row.session_id, row.run_id = entry.session_id, entry.run_id or ""
+    row.step_count, row.kind, row.created_at = entry.step_count, entry.kind, entry.created_at
     match entry:
         case TokensEntry():
             row.model = entry.model
@@ -270,7 +280,7 @@ def _row(entry: UsageEntry) -> models.UsageEntry:
     return row
 
 
-def _entry(row: models.UsageEntry) -> UsageEntry:
+def _entry(row: models.UsageEntry | SimpleNamespace) -> UsageEntry:
     common: dict[str, Any] = {
         "session_id": row.session_id,
         "run_id": row.run_id or None,
