@@ -527,8 +527,21 @@ class ORMSessionStateStore(SessionStateStore):
         return None if row is None else _interrupt_flag(row)
 
     def check_interrupt_flags(self, session_ids: Collection[str]) -> dict[str, InterruptFlagInfo]:
-        rows = models.InterruptFlag.objects.filter(session_id__in=list(session_ids))
-        return {row.session_id: _interrupt_flag(row) for row in rows}
+        # Written out: every worker's watcher reads its steps' flags at each beat.
+        wanted = list(session_ids)
+        if not wanted:
+            return {}
+        sql = statements(connection.vendor)
+        params = [wanted] if connection.vendor == "postgresql" else wanted
+        with connection.cursor() as cursor:
+            cursor.execute(sql.interrupt_flags(len(wanted)), params)
+            rows = cursor.fetchall()
+        return {
+            session_id: _interrupt_flag(
+                SimpleNamespace(**_read_fields(models.InterruptFlag, ("reason", "set_at"), found))
+            )
+            for session_id, *found in rows
+        }
 
     def clear_interrupt_flag(self, session_id: str) -> None:
         execute(statements(connection.vendor).clear_interrupt_flag, [session_id])

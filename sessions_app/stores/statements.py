@@ -113,6 +113,14 @@ class Statements:
         """
         return _renew_leases(count)
 
+    def interrupt_flags(self, count: int) -> str:
+        """Return the read of `count` sessions' interrupt flags in one statement.
+
+        Parameters: the session ids (on PostgreSQL, one: their list). It returns the session
+        id, reason and time of each flag found.
+        """
+        return _interrupt_flags(self.vendor, count)
+
     vendor: str
 
 
@@ -271,6 +279,14 @@ def _begin_tool_calls(vendor: str, count: int) -> str | None:
         f"AS calls (step_id, call_id, at) ON CONFLICT DO NOTHING) "
         f"SELECT count(*) FROM found"
     )
+
+
+@functools.cache
+def _interrupt_flags(vendor: str, count: int) -> str:
+    flag = models.InterruptFlag
+    wanted = "= ANY(%s)" if vendor == "postgresql" else f"IN ({', '.join(['%s'] * count)})"
+    columns = ", ".join(column(flag, name) for name in ("session", "reason", "set_at"))
+    return f"SELECT {columns} FROM {table(flag)} WHERE {column(flag, 'session')} {wanted}"
 
 
 @functools.cache

@@ -207,3 +207,26 @@ def test_a_named_read_follows_its_statement_when_a_migration_adds_a_column():
         cursor.execute("ALTER TABLE helix_test_named ADD COLUMN b integer DEFAULT 2")
     assert _fetch_named(sql, []) == {"a": 1, "b": 2}
     assert _fetch_named(sql + " WHERE a = 0", []) is None
+
+
+def test_the_interrupt_flags_of_many_sessions_are_one_statement():
+    """The watcher reads its steps' flags at every beat; on PostgreSQL the statement is the
+    same whatever their number (one prepared statement)."""
+    store = ORMSessionStateStore()
+    flagged, quiet = (store.create_session(agent_type="assistant").session_id for _ in range(2))
+    store.set_interrupt_flag(flagged, "Stop.")
+
+    read: list[dict] = []
+
+    def read_twice() -> None:
+        read.append(store.check_interrupt_flags([quiet]))
+        read.append(store.check_interrupt_flags([flagged, quiet, "missing"]))
+
+    sent = compiled_by_orm(read_twice)  # The statements' text, before parameters are bound.
+
+    flags = read[1]
+    assert read[0] == {}
+    assert len(sent) == 2
+    assert (sent[0] == sent[1]) == (connection.vendor == "postgresql")  # SQLite: one per count.
+    assert list(flags) == [flagged]
+    assert (flags[flagged].reason, flags[flagged].set_at.tzinfo is not None) == ("Stop.", True)
