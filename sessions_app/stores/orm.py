@@ -531,17 +531,10 @@ class ORMSessionStateStore(SessionStateStore):
         wanted = list(session_ids)
         if not wanted:
             return {}
-        sql = statements(connection.vendor)
-        params = [wanted] if connection.vendor == "postgresql" else wanted
         with connection.cursor() as cursor:
-            cursor.execute(sql.interrupt_flags(len(wanted)), params)
+            cursor.execute(*statements(connection.vendor).interrupt_flags(wanted))
             rows = cursor.fetchall()
-        return {
-            session_id: _interrupt_flag(
-                SimpleNamespace(**_read_fields(models.InterruptFlag, ("reason", "set_at"), found))
-            )
-            for session_id, *found in rows
-        }
+        return {session_id: _read_flag(reason, set_at) for session_id, reason, set_at in rows}
 
     def clear_interrupt_flag(self, session_id: str) -> None:
         execute(statements(connection.vendor).clear_interrupt_flag, [session_id])
@@ -1528,13 +1521,16 @@ def _read_session_row(values: dict[str, Any]) -> SimpleNamespace:
     for name, (attname, expression, converters) in _session_converters(connection.vendor).items():
         setattr(row, attname, _converted(values.pop(name), expression, converters))
     vars(row).update(values)
-    if row.flag_set_at is None:
-        row.interrupt_flag = None
-    else:
-        flag = (row.flag_reason, row.flag_set_at)
-        flag_fields = _read_fields(models.InterruptFlag, ("reason", "set_at"), flag)
-        row.interrupt_flag = _interrupt_flag(SimpleNamespace(**flag_fields))
+    flagged = row.flag_set_at is not None
+    row.interrupt_flag = _read_flag(row.flag_reason, row.flag_set_at) if flagged else None
     return row
+
+
+def _read_flag(reason: Any, set_at: Any) -> InterruptFlagInfo:
+    """Return an interrupt flag from the reason and time a statement read, converted as the
+    ORM converts them."""
+    fields = _read_fields(models.InterruptFlag, ("reason", "set_at"), (reason, set_at))
+    return _interrupt_flag(SimpleNamespace(**fields))
 
 
 @functools.cache

@@ -114,13 +114,13 @@ class Statements:
         """
         return _renew_leases(count)
 
-    def interrupt_flags(self, count: int) -> str:
-        """Return the read of `count` sessions' interrupt flags in one statement.
-
-        Parameters: the session ids (on PostgreSQL, one: their list). It returns the session
-        id, reason and time of each flag found.
-        """
-        return _interrupt_flags(self.vendor, count)
+    def interrupt_flags(self, session_ids: list[str]) -> tuple[str, list[Any]]:
+        """Return the read of the sessions' interrupt flags in one statement, and its
+        parameters (on PostgreSQL one, their list: the same statement for any number). It
+        returns the session id, reason and time of each flag found."""
+        if self.vendor == "postgresql":
+            return _interrupt_flags("= ANY(%s)"), [session_ids]
+        return _interrupt_flags(f"IN ({', '.join(['%s'] * len(session_ids))})"), session_ids
 
     vendor: str
 
@@ -201,11 +201,8 @@ def statements(vendor: str) -> Statements:
         update_run_status=_update_run_status() if vendor == "postgresql" else None,
         take_queued_run=_take_queued_run() if vendor == "postgresql" else None,
         load_session=(
-            f"SELECT {table(session)}.*, flag.{column(flag, 'reason')} AS flag_reason, "
-            f"flag.{column(flag, 'set_at')} AS flag_set_at FROM {table(session)} "
-            f"LEFT JOIN {table(flag)} AS flag "
-            f"ON flag.{column(flag, 'session')} = {qualified(session, 'id')} "
-            f"WHERE {qualified(session, 'id')} = %s"
+            f"SELECT {table(session)}.*, {_flag_columns()} FROM {table(session)} "
+            f"{_flag_join(qualified(session, 'id'))} WHERE {qualified(session, 'id')} = %s"
         ),
         current_run=(
             f"SELECT {_returned_run_columns()} FROM {table(run)} "
@@ -283,9 +280,9 @@ def _begin_tool_calls(vendor: str, count: int) -> str | None:
 
 
 @functools.cache
-def _interrupt_flags(vendor: str, count: int) -> str:
+def _interrupt_flags(wanted: str) -> str:
+    """Return the read of the interrupt flags of the sessions whose ids are `wanted`."""
     flag = models.InterruptFlag
-    wanted = "= ANY(%s)" if vendor == "postgresql" else f"IN ({', '.join(['%s'] * count)})"
     columns = ", ".join(column(flag, name) for name in ("session", "reason", "set_at"))
     return f"SELECT {columns} FROM {table(flag)} WHERE {column(flag, 'session')} {wanted}"
 
@@ -309,11 +306,10 @@ def _claim_step() -> str:
     the session is missing or another holder's lease is unexpired. Taking over a lease its
     holder left counts one more abandoned attempt.
     """
-    session, flag, run = models.AgentSession, models.InterruptFlag, models.Run
+    session, run = models.AgentSession, models.Run
     holder, expires = column(session, "lease_holder"), column(session, "lease_expires_at")
     identifier, version = column(session, "id"), column(session, "version")
     abandoned = column(session, "lease_abandoned")
-    run_columns = ", ".join(f"run.{column(run, name)} AS run_{name}" for name in CLAIMED_RUN_FIELDS)
     return (
         f"WITH previous AS (SELECT {identifier}, {holder}, {expires} FROM {table(session)} "
         f"WHERE {identifier} = %s FOR UPDATE), "
@@ -324,9 +320,8 @@ def _claim_step() -> str:
         f"WHERE claimed.{identifier} = previous.{identifier} "
         f"AND (previous.{holder} IN ('', %s) OR previous.{expires} <= %s) "
         f"RETURNING claimed.*, previous.{holder} AS previous_holder) "
-        f"SELECT claimed.*, flag.{column(flag, 'reason')} AS flag_reason, "
-        f"flag.{column(flag, 'set_at')} AS flag_set_at, {run_columns} FROM claimed "
-        f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = claimed.{identifier} "
+        f"SELECT claimed.*, {_flag_columns()}, {_run_columns()} FROM claimed "
+        f"{_flag_join(f'claimed.{identifier}')} "
         f"LEFT JOIN LATERAL (SELECT * FROM {table(run)} WHERE {column(run, 'session')} = "
         f"claimed.{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1) AS run ON TRUE"
     )
@@ -339,20 +334,39 @@ def _resume_step() -> str:
     Parameters: session id, holder. It returns no row when the session is missing or its
     lease has another holder, or none.
     """
-    session, flag, run = models.AgentSession, models.InterruptFlag, models.Run
+    session, run = models.AgentSession, models.Run
     identifier = qualified(session, "id")
-    run_columns = ", ".join(f"run.{column(run, name)} AS run_{name}" for name in CLAIMED_RUN_FIELDS)
     current = (
         f"SELECT {column(run, 'id')} FROM {table(run)} WHERE {column(run, 'session')} = "
         f"{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1"
     )
     return (
-        f"SELECT {table(session)}.*, flag.{column(flag, 'reason')} AS flag_reason, "
-        f"flag.{column(flag, 'set_at')} AS flag_set_at, {run_columns} FROM {table(session)} "
-        f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = {identifier} "
+        f"SELECT {table(session)}.*, {_flag_columns()}, {_run_columns()} FROM {table(session)} "
+        f"{_flag_join(identifier)} "
         f"LEFT JOIN {table(run)} AS run ON run.{column(run, 'id')} = ({current}) "
         f"WHERE {identifier} = %s AND {qualified(session, 'lease_holder')} = %s"
     )
+
+
+def _flag_columns() -> str:
+    """Return the columns of the flag `_flag_join` joins: `flag_reason` and `flag_set_at`,
+    nulls where the session has none."""
+    flag = models.InterruptFlag
+    reason, set_at = column(flag, "reason"), column(flag, "set_at")
+    return f"flag.{reason} AS flag_reason, flag.{set_at} AS flag_set_at"
+
+
+def _flag_join(session_id: str) -> str:
+    """Return the join of the interrupt flag (as `flag`) of the session whose id is the
+    column `session_id`."""
+    flag = models.InterruptFlag
+    return f"LEFT JOIN {table(flag)} AS flag ON flag.{column(flag, 'session')} = {session_id}"
+
+
+def _run_columns() -> str:
+    """Return the joined current run's (as `run`) CLAIMED_RUN_FIELDS, each as `run_<name>`."""
+    run = models.Run
+    return ", ".join(f"run.{column(run, name)} AS run_{name}" for name in CLAIMED_RUN_FIELDS)
 
 
 def fetch_one(sql: str, params: list[Any]) -> tuple | None:

@@ -238,7 +238,7 @@ def _insert(rows: list[SimpleNamespace]) -> None:
         cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
         ids = [row_id for (row_id,) in cursor.fetchall()]
     for row, row_id in zip(rows, ids, strict=True):  # In insertion order on both databases.
-        row.pk = row.id = row_id
+        row.id = row_id
 
 
 # Every column of an entry but its id, which the database gives it.
@@ -285,7 +285,7 @@ def _entry(row: models.UsageEntry | SimpleNamespace) -> UsageEntry:
         "session_id": row.session_id,
         "run_id": row.run_id or None,
         "step_count": row.step_count,
-        "id": row.pk,
+        "id": row.id,
         "created_at": row.created_at,
     }
     match UsageKind(row.kind):
