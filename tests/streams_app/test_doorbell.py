@@ -5,6 +5,7 @@ Readers here poll only every 30 s, so whatever they receive sooner came by notic
 
 import asyncio
 import logging
+import threading
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -12,7 +13,7 @@ from channels.db import database_sync_to_async
 from django.test import override_settings
 
 from streams_app.backends import notices
-from streams_app.backends.doorbell import send
+from streams_app.backends.doorbell import ChannelSubscription, bell, send
 from streams_app.backends.orm import ORMStreamManager
 from streams_app.backends.types import ChunkEvent
 from streams_app.chunks import chunk_to_wire
@@ -118,4 +119,55 @@ def test_a_ring_that_cannot_reach_the_layer_is_logged_not_raised(caplog):
     with caplog.at_level(logging.WARNING, logger="streams_app.backends.doorbell"):
         async_to_sync(send)("st", notices.changed_notice())
 
+    assert "Could not notify readers of stream st" in caplog.text
+
+
+async def receive_notices(subscription: ChannelSubscription, count: int) -> list[dict]:
+    received: list[dict] = []
+    async with asyncio.timeout(5):
+        while len(received) < count:
+            received += await subscription.wait(1.0) or []
+    return received
+
+
+def test_rings_from_many_threads_reach_readers_each_in_the_order_it_was_rung():
+    threads, rings = 4, 20
+
+    def ring_from(thread: int) -> None:
+        for n in range(rings):
+            bell.ring("st", {"type": notices.CHANGED, "thread": thread, "n": n})
+
+    async def scenario():
+        subscription = ChannelSubscription("st")
+        await subscription.start()  # Its loop becomes the bell's: rings go out from here.
+        try:
+            ringers = [threading.Thread(target=ring_from, args=(t,)) for t in range(threads)]
+            for ringer in ringers:
+                ringer.start()
+            for ringer in ringers:
+                await asyncio.to_thread(ringer.join)
+            return await receive_notices(subscription, threads * rings)
+        finally:
+            await subscription.close()
+
+    received = async_to_sync(scenario)()
+    by_thread = {t: [m["n"] for m in received if m["thread"] == t] for t in range(threads)}
+    assert by_thread == {t: list(range(rings)) for t in range(threads)}
+
+
+def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog):
+    async def scenario():
+        subscription = ChannelSubscription("st")
+        await subscription.start()
+        try:
+            bell.ring("st", {"type": notices.CHANGED, "lock": threading.Lock()})  # No copy.
+            bell.ring("st", notices.changed_notice())
+            return await receive_notices(subscription, 1)
+        finally:
+            await subscription.close()
+
+    with caplog.at_level(logging.ERROR, logger="streams_app.backends.doorbell"):
+        received = async_to_sync(scenario)()
+
+    assert received == [notices.changed_notice()]
     assert "Could not notify readers of stream st" in caplog.text
