@@ -30,8 +30,10 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
+import websockets
 from django.db import connection, connections
 
 from agents_app.runs.services import agent_session_create, agent_start
@@ -62,6 +64,7 @@ THREADS_PER_WORKER = 600
 DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
+RESUMES = 3  # Times a client reconnects after its connection dropped, at most.
 # Threads starting the runs: many users at once. Each start waits on the database most of its
 # time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
 START_THREADS = 16
@@ -106,6 +109,7 @@ class InFlight:
     peak_connections: int
     idle_rss_kb: list[int]
     peak_rss_kb: list[int]
+    resumes: int
 
 
 def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) -> InFlight:
@@ -130,28 +134,39 @@ def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) 
         peak_connections=sampler.peak_connections,
         idle_rss_kb=idle,
         peak_rss_kb=sampler.peak_rss_kb,
+        resumes=sum(client.resumed for client in clients),
     )
 
 
 @dataclass
 class _Client:
-    """What one WebSocket client measured: each delta's and each step's first delta's delay."""
+    """A WebSocket client and what it measured: each delta's and each step's first delta's delay.
 
+    It resumes after the last sequence it got when its connection drops, as a real client
+    does: on a saturated machine a client can answer Daphne's closing handshake too late, and
+    the connection is reset before it read the stream's end.
+    """
+
+    server: Server
+    cookie: str
+    url: str
     deltas: list[int] = field(default_factory=list)
     first_deltas: list[int] = field(default_factory=list)
+    last_sequence: int = 0
+    resumed: int = 0
+
+    async def connect(self) -> Any:
+        return await connect_websocket(
+            self.server, f"{self.url}?fromSequence={self.last_sequence}", self.cookie
+        )
 
 
 async def _run_and_follow(
     owner, cookie: str, server: Server, session_ids: list[str], followed: list[str]
 ) -> tuple[list[_Client], float]:
     """Connect the clients, start every run, wait for all to end; return clients and seconds."""
-    sockets = await asyncio.gather(
-        *(
-            connect_websocket(server, f"{server.websocket_url(s)}?fromSequence=0", cookie)
-            for s in followed
-        )
-    )
-    clients = [_Client() for _ in followed]
+    clients = [_Client(server, cookie, server.websocket_url(s)) for s in followed]
+    sockets = await asyncio.gather(*(client.connect() for client in clients))
     following = asyncio.gather(*(_follow(s, c) for s, c in zip(sockets, clients, strict=True)))
     started = time.perf_counter()
     run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
@@ -164,21 +179,36 @@ async def _run_and_follow(
 async def _follow(socket, client: _Client) -> None:
     """Record when each delta arrives, less when it was written, until the stream ends."""
     seen_steps: set[int] = set()
-    async with socket:
-        async for message in socket:
-            arrived = time.time_ns()
-            frame = json.loads(message)
-            for event in frame["events"] if frame["type"] == "batch" else [frame]:
-                if event["type"] != "chunk":
-                    return
-                chunk = event["chunk"]
-                if chunk["type"] != "text_delta":
-                    continue
-                delay = arrived - chunk["timestamp"] * 10**6
-                client.deltas.append(delay)
-                if chunk["step"] not in seen_steps:
-                    seen_steps.add(chunk["step"])
-                    client.first_deltas.append(delay)
+    while True:
+        try:
+            async with socket:
+                async for message in socket:
+                    if _took(message, client, seen_steps):
+                        return
+        except websockets.ConnectionClosedError:
+            if client.resumed == RESUMES:
+                raise
+            client.resumed += 1
+            socket = await client.connect()
+
+
+def _took(message: str, client: _Client, seen_steps: set[int]) -> bool:
+    """Record a frame's deltas; return whether the stream ended."""
+    arrived = time.time_ns()
+    frame = json.loads(message)
+    for event in frame["events"] if frame["type"] == "batch" else [frame]:
+        if event["type"] != "chunk":
+            return True
+        client.last_sequence = event["sequence"]
+        chunk = event["chunk"]
+        if chunk["type"] != "text_delta":
+            continue
+        delay = arrived - chunk["timestamp"] * 10**6
+        client.deltas.append(delay)
+        if chunk["step"] not in seen_steps:
+            seen_steps.add(chunk["step"])
+            client.first_deltas.append(delay)
+    return False
 
 
 def _start_all(owner, session_ids: list[str]) -> list[str]:
@@ -331,7 +361,8 @@ def _table(results: list[InFlight], saturation: float, options: Options) -> Tabl
         notes.append(
             f"N={n}: workers' resident memory idle {', '.join(_mb(k) for k in result.idle_rss_kb)}"
             f", peak {', '.join(_mb(k) for k in result.peak_rss_kb)}; about {per_step_kb:.0f} kB "
-            f"per step in flight; {result.steps_per_second:.1f} steps/s"
+            f"per step in flight; {result.steps_per_second:.1f} steps/s; "
+            f"{result.resumes} client reconnections"
         )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
