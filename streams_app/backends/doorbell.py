@@ -32,6 +32,9 @@ from streams_app.backends.reader import Subscription
 logger = logging.getLogger(__name__)
 
 LAYER_ERRORS = (ChannelFull, RedisError, OSError)
+# Rings a process keeps while its sender cannot keep up (the layer away): past this, the oldest
+# are dropped, as the layer may drop any, and readers find their changes by polling.
+MAX_QUEUED_RINGS = 10_000
 
 
 def stream_group(stream_id: str) -> str:
@@ -45,7 +48,9 @@ class _Bell:
         self._own: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # Guards everything below.
         self._pid = os.getpid()
-        self._queued: collections.deque[tuple[str, dict[str, Any], str]] = collections.deque()
+        self._queued: collections.deque[tuple[str, dict[str, Any], str]] = collections.deque(
+            maxlen=MAX_QUEUED_RINGS
+        )
         self._sending_on: asyncio.AbstractEventLoop | None = None  # Where the sender runs.
         self._sender: asyncio.Task | None = None  # Held: the loop keeps only a weak reference.
 

@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from django.test import override_settings
 
 from streams_app.backends import notices
-from streams_app.backends.doorbell import ChannelSubscription, bell, send
+from streams_app.backends.doorbell import MAX_QUEUED_RINGS, ChannelSubscription, _Bell, bell, send
 from streams_app.backends.orm import ORMStreamManager
 from streams_app.backends.types import ChunkEvent
 from streams_app.chunks import chunk_to_wire
@@ -171,3 +171,21 @@ def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog)
 
     assert received == [notices.changed_notice()]
     assert "Could not notify readers of stream st" in caplog.text
+
+
+@override_settings(
+    CHANNEL_LAYERS={
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1", "socket_connect_timeout": 1}]},
+        }
+    }
+)
+def test_rings_kept_while_the_layer_is_away_are_bounded_and_the_newest_kept():
+    ringing = _Bell()  # Its own: its sender is stuck on the first ring, the layer away.
+    for n in range(MAX_QUEUED_RINGS + 1000):
+        ringing.ring("st", {"type": notices.CHANGED, "n": n})
+
+    kept = [message["n"] for _, message, _ in list(ringing._queued)]
+    assert len(kept) <= MAX_QUEUED_RINGS
+    assert kept[-1] == MAX_QUEUED_RINGS + 999
