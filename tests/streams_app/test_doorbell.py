@@ -182,10 +182,11 @@ def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog)
     }
 )
 def test_rings_kept_while_the_layer_is_away_are_bounded_and_the_newest_kept():
-    ringing = _Bell()  # Its own: its sender is stuck on the first ring, the layer away.
+    ringing = _Bell()  # Its own: its sender fails on each ring, the layer away.
     for n in range(MAX_QUEUED_RINGS + 1000):
         ringing.ring("st", {"type": notices.CHANGED, "n": n})
-
     kept = [message["n"] for _, message, _ in list(ringing._queued)]
+    ringing._queued.clear()  # Its sender stops: it would log a failure for each ring left.
+
     assert len(kept) <= MAX_QUEUED_RINGS
     assert kept[-1] == MAX_QUEUED_RINGS + 999
