@@ -100,6 +100,10 @@ class _Bell:
                     if self._sending_on is loop:
                         self._sending_on = None
                     return
+                if (readers := self._loop()) is not loop:  # Their loop came up: it sends now.
+                    self._sending_on = readers
+                    readers.call_soon_threadsafe(self._start_sending, readers)
+                    return
                 group, message, receivers = self._queued.popleft()
             try:
                 await send_group(group, message, receivers)
