@@ -23,9 +23,12 @@ from rest_framework.authtoken.models import Token
 from tests.agents_app.test_serve import Serve, http_status
 from tests.live import free_port, live_env
 
+# As long as the fuzzer may take: on a slow day it went past the suite's 300 s.
+FUZZ_TIMEOUT = 900
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.one_backend("postgresql", reason="the API fuzz does not depend on the database"),
+    pytest.mark.timeout(FUZZ_TIMEOUT),
 ]
 EXAMPLES_PER_OPERATION = 50
 CONFIG = """
@@ -103,7 +106,7 @@ def test_the_live_api_passes_every_schemathesis_check(live: Serve, django_user_m
     command += ["--report", "json", "--report-json-path", str(report)]
 
     result = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=FUZZ_TIMEOUT, check=False
     )
 
     print(result.stdout, result.stderr)
