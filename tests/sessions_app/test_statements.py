@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_app import models
 from sessions_app.errors import RunAlreadyExists, RunNotFound, SessionNotFound
-from sessions_app.stores.orm import ORMSessionStateStore, _fetch_named
+from sessions_app.stores.orm import _COLUMN_NAMES, ORMSessionStateStore, _fetch_named
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
 from sessions_app.stores.types import Message, MessageRole, RunStatus
 
@@ -203,9 +203,11 @@ def test_a_named_read_follows_its_statement_when_a_migration_adds_a_column():
         cursor.execute("INSERT INTO helix_test_named VALUES (1)")
 
     assert _fetch_named(sql, []) == {"a": 1}
+    assert _COLUMN_NAMES[sql] == ("a",)  # Kept for the statement's next runs.
     with connection.cursor() as cursor:
         cursor.execute("ALTER TABLE helix_test_named ADD COLUMN b integer DEFAULT 2")
     assert _fetch_named(sql, []) == {"a": 1, "b": 2}
+    assert _COLUMN_NAMES[sql] == ("a", "b")
     assert _fetch_named(sql + " WHERE a = 0", []) is None
 
 
