@@ -244,7 +244,8 @@ def _table(
         rows=rows,
         notes=[
             f"every subscriber of every side received all {len(ours.published)} chunks once, "
-            f"in order, then the end; {len(latencies[0]):,} latencies per side"
+            f"in order, then the end; {len(latencies[0]):,} latencies per side; "
+            f"{sum(r.resumed for r in ours.fanout.received)} client reconnections"
         ],
         columns=(f"Helix {ours.label}", pure.label, durable.label),
     )

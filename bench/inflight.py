@@ -23,7 +23,6 @@ holds a thread before its next step goes to the back of the queue.
 import asyncio
 import contextlib
 import itertools
-import json
 import statistics
 import threading
 import time
@@ -33,13 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-import websockets
 from django.db import connection, connections
 
 from agents_app.runs.services import agent_session_create, agent_start
 from bench import agents
 from bench.harness import Options, Row, Table, percentile_ms
-from bench.live import Server, connect_websocket, daphne
+from bench.live import Server, connect_websocket, daphne, follow_stream
 from bench.raw import connect
 from bench.scaleout import signed_in_owner
 from bench.steps import (
@@ -64,7 +62,6 @@ THREADS_PER_WORKER = 600
 DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
-RESUMES = 3  # Times a client reconnects after its connection dropped, at most.
 # Threads starting the runs: many users at once. Each start waits on the database most of its
 # time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
 START_THREADS = 16
@@ -140,34 +137,39 @@ def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) 
 
 @dataclass
 class _Client:
-    """A WebSocket client and what it measured: each delta's and each step's first delta's delay.
+    """A WebSocket client and what it measured: each delta's and each step's first delta's delay."""
 
-    It resumes after the last sequence it got when its connection drops, as a real client
-    does: on a saturated machine a client can answer Daphne's closing handshake too late, and
-    the connection is reset before it read the stream's end.
-    """
-
-    server: Server
-    cookie: str
     url: str
     deltas: list[int] = field(default_factory=list)
     first_deltas: list[int] = field(default_factory=list)
-    last_sequence: int = 0
+    seen_steps: set[int] = field(default_factory=set)
     resumed: int = 0
 
-    async def connect(self) -> Any:
-        return await connect_websocket(
-            self.server, f"{self.url}?fromSequence={self.last_sequence}", self.cookie
-        )
+    def take(self, event: dict[str, Any], arrived: int) -> bool:
+        """Record a text delta's delay; return whether the event ended the stream."""
+        if event["type"] != "chunk":
+            return True
+        chunk = event["chunk"]
+        if chunk["type"] == "text_delta":
+            delay = arrived - chunk["timestamp"] * 10**6
+            self.deltas.append(delay)
+            if chunk["step"] not in self.seen_steps:
+                self.seen_steps.add(chunk["step"])
+                self.first_deltas.append(delay)
+        return False
 
 
 async def _run_and_follow(
     owner, cookie: str, server: Server, session_ids: list[str], followed: list[str]
 ) -> tuple[list[_Client], float]:
     """Connect the clients, start every run, wait for all to end; return clients and seconds."""
-    clients = [_Client(server, cookie, server.websocket_url(s)) for s in followed]
-    sockets = await asyncio.gather(*(client.connect() for client in clients))
-    following = asyncio.gather(*(_follow(s, c) for s, c in zip(sockets, clients, strict=True)))
+    clients = [_Client(server.websocket_url(s)) for s in followed]
+    sockets = await asyncio.gather(
+        *(connect_websocket(server, f"{client.url}?fromSequence=0", cookie) for client in clients)
+    )
+    following = asyncio.gather(
+        *(_follow(server, cookie, s, c) for s, c in zip(sockets, clients, strict=True))
+    )
     started = time.perf_counter()
     run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
     await asyncio.to_thread(_wait_until_ended, run_ids)
@@ -176,39 +178,11 @@ async def _run_and_follow(
     return clients, elapsed
 
 
-async def _follow(socket, client: _Client) -> None:
+async def _follow(server: Server, cookie: str, socket: Any, client: _Client) -> None:
     """Record when each delta arrives, less when it was written, until the stream ends."""
-    seen_steps: set[int] = set()
-    while True:
-        try:
-            async with socket:
-                async for message in socket:
-                    if _took(message, client, seen_steps):
-                        return
-        except websockets.ConnectionClosedError:
-            if client.resumed == RESUMES:
-                raise
-            client.resumed += 1
-            socket = await client.connect()
-
-
-def _took(message: str, client: _Client, seen_steps: set[int]) -> bool:
-    """Record a frame's deltas; return whether the stream ended."""
-    arrived = time.time_ns()
-    frame = json.loads(message)
-    for event in frame["events"] if frame["type"] == "batch" else [frame]:
-        if event["type"] != "chunk":
-            return True
-        client.last_sequence = event["sequence"]
-        chunk = event["chunk"]
-        if chunk["type"] != "text_delta":
-            continue
-        delay = arrived - chunk["timestamp"] * 10**6
-        client.deltas.append(delay)
-        if chunk["step"] not in seen_steps:
-            seen_steps.add(chunk["step"])
-            client.first_deltas.append(delay)
-    return False
+    client.resumed = await follow_stream(
+        server, client.url, cookie, client.take, clock=time.time_ns, socket=socket
+    )
 
 
 def _start_all(owner, session_ids: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +36,7 @@ STARTUP_TIMEOUT = 30.0
 # How long a subscriber may take to connect, and a chunk to reach every subscriber.
 DELIVERY_TIMEOUT = 30.0
 CONNECT_ATTEMPTS = 5
+RESUMES = 3  # Times a WebSocket client reconnects after its connection dropped, at most.
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ class Received:
     arrivals: list[int] = field(default_factory=list)
     final: dict[str, Any] | None = None
     finished_at: int = 0
+    resumed: int = 0  # Times it reconnected after its connection dropped.
 
 
 class Fanout:
@@ -223,6 +225,47 @@ async def connect_websocket(server: Server, url: str, cookie: str) -> Any:
             attempt += 1
 
 
+async def follow_stream(
+    server: Server,
+    url: str,
+    cookie: str,
+    take: Callable[[dict[str, Any], int], bool],
+    *,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    socket: Any = None,
+) -> int:
+    """Read a stream's events over WebSocket until `take` says one ended it; return resumptions.
+
+    `take` gets each event with the `clock`'s reading when its frame arrived. `socket`, when
+    given, is the stream's connection already open. When the connection drops, the client
+    resumes after the last sequence it got, at most `RESUMES` times, as a real client does: on
+    a saturated machine a client can answer Daphne's closing handshake after Daphne's 1 s wait,
+    and the reset connection loses the end it had not read yet.
+    """
+    last_sequence, resumed = 0, 0
+    while True:
+        if socket is None:
+            socket = await connect_websocket(server, f"{url}?fromSequence={last_sequence}", cookie)
+        try:
+            async with socket:
+                async for message in socket:
+                    arrival = clock()
+                    frame = json.loads(message)
+                    for event in frame["events"] if frame["type"] == "batch" else [frame]:
+                        if take(event, arrival):
+                            return resumed
+                        last_sequence = event["sequence"]
+        except websockets.ConnectionClosedError:
+            if resumed == RESUMES:
+                raise
+            resumed += 1
+            socket = None
+        else:
+            raise RuntimeError(
+                f"Daphne closed {url} after sequence {last_sequence}, before its end."
+            )
+
+
 async def websocket_subscriber(
     server: Server, cookie: str, session_id: str, fanout: Fanout, received: Received
 ) -> None:
@@ -230,14 +273,12 @@ async def websocket_subscriber(
 
     The stream's replay means a subscriber whose handshake had to be tried again misses nothing.
     """
-    connection = await connect_websocket(server, server.websocket_url(session_id), cookie)
-    async with connection:
-        async for message in connection:
-            arrival = time.perf_counter_ns()
-            frame = json.loads(message)
-            for event in frame["events"] if frame["type"] == "batch" else [frame]:
-                if fanout.take(received, arrival, event):
-                    return
+    received.resumed = await follow_stream(
+        server,
+        server.websocket_url(session_id),
+        cookie,
+        lambda event, arrival: fanout.take(received, arrival, event),
+    )
 
 
 async def sse_subscriber(

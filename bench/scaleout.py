@@ -12,12 +12,12 @@ client less the `timestamp` its writer gave it (one clock: one machine).
 """
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import cycle
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -28,7 +28,7 @@ from django.test import Client
 from agents_app.runs.services import agent_session_create, agent_start
 from bench import agents
 from bench.harness import Options, Row, Table, percentile_ms
-from bench.live import Server, connect_websocket, daphne
+from bench.live import Server, connect_websocket, daphne, follow_stream
 from bench.steps import WORKER_PROCESSES, workers
 from bench.streams import daphne_env
 from sessions_app.stores import get_session_store
@@ -53,6 +53,7 @@ class Transcript:
     received: list[tuple[int, dict]] = field(default_factory=list)
     latencies_ns: list[int] = field(default_factory=list)
     final: dict | None = None
+    resumed: int = 0  # Times it reconnected after its connection dropped.
 
 
 def run(options: Options) -> Iterator[Table]:
@@ -96,7 +97,8 @@ def run(options: Options) -> Iterator[Table]:
         notes=[
             "p50 and p99 ms: delivery latency of every chunk, arrival less write time",
             f"every client's transcript equalled the stored log ({sessions} of {sessions}); "
-            f"{delivered:,} chunks delivered in {elapsed:.1f} s",
+            f"{delivered:,} chunks delivered in {elapsed:.1f} s; "
+            f"{sum(t.resumed for t in transcripts)} client reconnections",
         ],
         columns=("ours", "-", "-"),
     )
@@ -118,17 +120,18 @@ async def _run_and_follow(
 
     Return the transcripts and the seconds from the first start to the last end.
     """
+    served = list(zip(cycle(servers), session_ids))
     sockets = await asyncio.gather(
         *(
             connect_websocket(server, f"{server.websocket_url(session_id)}?fromSequence=0", cookie)
-            for server, session_id in zip(cycle(servers), session_ids)
+            for server, session_id in served
         )
     )
     started = time.perf_counter()
     following = asyncio.gather(
         *(
-            _follow(socket, session_id)
-            for socket, session_id in zip(sockets, session_ids, strict=True)
+            _follow(server, cookie, socket, session_id)
+            for (server, session_id), socket in zip(served, sockets, strict=True)
         )
     )
     await asyncio.to_thread(_start_runs, owner, session_ids)
@@ -150,20 +153,22 @@ def _start_runs(owner: AbstractBaseUser, session_ids: list[str]) -> None:
         connections.close_all()
 
 
-async def _follow(socket, session_id: str) -> Transcript:
+async def _follow(server: Server, cookie: str, socket: Any, session_id: str) -> Transcript:
     """Read one stream over its open WebSocket until the stream ends or fails."""
     transcript = Transcript()
-    async with socket:
-        async for message in socket:
-            arrived_ns = time.time_ns()
-            frame = json.loads(message)
-            for event in frame["events"] if frame["type"] == "batch" else [frame]:
-                if event["type"] != "chunk":
-                    transcript.final = event
-                    return transcript
-                transcript.received.append((event["sequence"], event["chunk"]))
-                transcript.latencies_ns.append(arrived_ns - event["chunk"]["timestamp"] * 10**6)
-    raise RuntimeError(f"The stream of {session_id} closed before it ended.")
+
+    def take(event: dict[str, Any], arrived_ns: int) -> bool:
+        if event["type"] != "chunk":
+            transcript.final = event
+            return True
+        transcript.received.append((event["sequence"], event["chunk"]))
+        transcript.latencies_ns.append(arrived_ns - event["chunk"]["timestamp"] * 10**6)
+        return False
+
+    transcript.resumed = await follow_stream(
+        server, server.websocket_url(session_id), cookie, take, clock=time.time_ns, socket=socket
+    )
+    return transcript
 
 
 def _check(session_ids: list[str], transcripts: list[Transcript]) -> None:
