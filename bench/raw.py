@@ -22,7 +22,8 @@ _MESSAGE = '"sessions_app_message"'
 LOCK_FOR_COMMIT = (
     f'SELECT {_SESSION}."version" AS "version", '
     f'{_SESSION}."message_count" AS "message_count", '
-    f'{_SESSION}."lease_holder" AS "lease_holder", last."id", last."sequence" '
+    f'{_SESSION}."lease_holder" AS "lease_holder", '
+    f'{_SESSION}."history_revision" AS "history_revision", last."id", last."sequence" '
     f'FROM {_SESSION} LEFT JOIN (SELECT "id", "sequence" FROM {_MESSAGE} '
     'WHERE "session_id" = %s ORDER BY "sequence" DESC LIMIT 1) AS last ON TRUE '
     f'WHERE {_SESSION}."id" = %s FOR UPDATE OF {_SESSION}'
@@ -46,7 +47,8 @@ def insert_messages(count: int) -> str:
 
 INSERT_MESSAGE = insert_messages(1)
 UPDATE_MESSAGE_COUNT = (
-    f'UPDATE {_SESSION} SET "message_count" = %s, "updated_at" = %s WHERE {_SESSION}."id" = %s'
+    f'UPDATE {_SESSION} SET "message_count" = %s, "updated_at" = %s, '
+    f'"history_revision" = ({_SESSION}."history_revision" + %s) WHERE {_SESSION}."id" = %s'
 )
 _STATE_COLUMNS = (
     "version",
@@ -72,6 +74,7 @@ _STATE_COLUMNS = (
     "resume_count",
     "suspension_context",
     "lease_abandoned",
+    "history_revision",  # A commit with messages (the benchmark's) bumps it.
 )
 UPDATE_STATE = (
     f"UPDATE {_SESSION} SET "
@@ -144,7 +147,7 @@ class RawSessionStore:
             )
             cursor.execute(
                 UPDATE_MESSAGE_COUNT,
-                (message_count + len(messages), datetime.now(UTC), session_id),
+                (message_count + len(messages), datetime.now(UTC), 1, session_id),
             )
 
     def save_state_and_promote_staging(
@@ -161,7 +164,7 @@ class RawSessionStore:
             row = cursor.execute(LOCK_FOR_COMMIT, (session_id, session_id)).fetchone()
             if row is None:
                 raise LookupError(f"no session {session_id}")
-            version, message_count, _, *last = row
+            version, message_count, _, history_revision, *last = row
             if version != expected_version:
                 raise RuntimeError(f"version {version} is not the expected {expected_version}")
             now = datetime.now(UTC)
@@ -171,7 +174,14 @@ class RawSessionStore:
             message_count += len(messages)
             cursor.execute(
                 UPDATE_STATE,
-                (version, datetime.now(UTC), message_count, *_state_values(state), session_id),
+                (
+                    version,
+                    datetime.now(UTC),
+                    message_count,
+                    *_state_values(state),
+                    history_revision + 1,
+                    session_id,
+                ),
             )
             checkpoint_id = str(uuid.uuid4())
             cursor.execute(
@@ -242,7 +252,8 @@ def _insert_messages(
 
 
 def _state_values(state: SessionState) -> tuple[Any, ...]:
-    """Return the values of the state columns after `message_count`, in `UPDATE_STATE` order."""
+    """Return the values of the state columns from `message_count` to `history_revision`,
+    in `UPDATE_STATE` order."""
     suspension = {
         "suspended_step_id": state.suspended_step_id,
         "suspended_awaiting_children": state.suspended_awaiting_children,

@@ -99,6 +99,12 @@ class AgentSession(models.Model):
         default=0, help_text="How many lease holders in a row left their step unfinished."
     )
     resume_count = models.PositiveIntegerField(default=0)
+    history_revision = models.PositiveBigIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text="Counts the writes to the session's messages and compactions.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

@@ -21,7 +21,7 @@ from agents_app.runtime.types import LeaseLost, Reply, StepOutcome
 from agents_app.runtime.watcher import StepWatch
 from agents_app.subagents import companions
 from sessions_app.stores.base import SessionStateStore
-from sessions_app.stores.types import RunRecord, SessionState, ToolCallRecord
+from sessions_app.stores.types import Message, RunRecord, SessionState, ToolCallRecord
 from streams_app.backends import get_stream_manager
 from streams_app.backends.batching import BatchedWriter
 
@@ -36,7 +36,12 @@ class Attempt(ModelCall, Suspension, Ending):
         run: RunRecord,
         step: int,
         holder: str,
+        *,
+        history_revision: int | None = None,
+        history: list[Message] | None = None,
     ) -> None:
+        """`history_revision` is the session's as the claim read it; `history` the active
+        branch the run's previous step left at that revision, if the step goes on with it."""
         self.store = store
         self.streams = get_stream_manager()
         self.state = state
@@ -45,6 +50,9 @@ class Attempt(ModelCall, Suspension, Ending):
         self.holder = holder
         self.step_id = f"{run.run_id}:{step}"
         self.llm_stream = None
+        self.history_revision = history_revision
+        # The active branch: the previous step's, or as the model call reads it.
+        self.active: list[Message] | None = history
         # When the attempt began, and how long its model call and its tools took (ms).
         self.started_at = timezone.now()
         self.model_ms: int | None = None

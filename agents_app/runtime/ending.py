@@ -15,7 +15,7 @@ from agents_app.llm.base import ToolCall
 from agents_app.observability import metrics, tracing
 from agents_app.runs import launch
 from agents_app.runtime.tool_calls import ToolOutcome
-from agents_app.runtime.types import Reply, StepOutcome, tool_message
+from agents_app.runtime.types import History, Reply, StepOutcome, tool_message
 from agents_app.subagents import children
 from sessions_app.errors import VersionConflict
 from sessions_app.stores.rules import apply_merge_ops
@@ -56,8 +56,12 @@ class Ending:
             return self._fail(
                 writer, messages, outcomes, reply, f"Reached the limit of {agent.max_steps} steps."
             )
-        self._commit(writer, messages, outcomes, reply, SessionStatus.ACTIVE, keep_lease=True)
-        return StepOutcome(next_step=self.step + 1, holder=self.holder, writer=writer)
+        history = self._commit(
+            writer, messages, outcomes, reply, SessionStatus.ACTIVE, keep_lease=True
+        )
+        return StepOutcome(
+            next_step=self.step + 1, holder=self.holder, writer=writer, history=history
+        )
 
     def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
         with self._ending(writer, RunStatus.COMPLETED, output=output):
@@ -166,12 +170,15 @@ class Ending:
         pending: dict[str, Any] | None = None,
         awaited: dict[str, Any] | None = None,
         keep_lease: bool = False,
-    ) -> None:
+    ) -> History | None:
         """Commit the step: its chunks, messages, state, staging, checkpoint and usage.
 
         The lease is freed with it, unless `keep_lease`: the run goes on under it. The drained
         calls of a suspended step come first; `pending` are the calls the step suspends on
         for people, `awaited` those it suspends on for its children.
+
+        Return the active branch the commit left, when the step read it and nothing else
+        changed the session's history since its claim.
         """
         messages = [*self._drained_messages(), *messages]
         if self.branch_from is not None and messages:
@@ -218,12 +225,16 @@ class Ending:
                 release_lease_of=None if keep_lease else self.holder,
                 stage=changes,
                 forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
+                expected_history_revision=self.history_revision,
             )
             get_usage_store().record_entries(self._usage(reply, outcomes))
             if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
                 stored = AgentState(state=custom_state, version=committed.new_version)
                 transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
         metrics.STEPS_COMMITTED.labels(self.state.agent_type).inc()
+        if committed.history_revision is None or self.active is None:
+            return None
+        return History(self.active + committed.messages, committed.history_revision)
 
     def _usage(self, reply: Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from agents_app import conf
 from agents_app.observability import metrics, tracing
 from agents_app.runtime.attempt import Attempt
-from agents_app.runtime.types import LeaseLost, StepOutcome
+from agents_app.runtime.types import History, LeaseLost, StepOutcome
 from sessions_app.errors import SessionNotFound, VersionConflict
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunRecord, RunStatus, SessionState, SessionStatus
@@ -59,15 +59,15 @@ def run_steps(
     """
     holder = uuid.uuid4().hex
     began = time.monotonic()
-    writer = None
+    writer = history = None
     while True:
-        outcome = run_step(session_id, run_id, step, holder=holder, writer=writer)
+        outcome = run_step(session_id, run_id, step, holder=holder, writer=writer, history=history)
         if outcome.next_step is None:
             return outcome
         ran = time.monotonic() - began
         if ran >= time_slice and (time_slice <= 0 or ran >= longest or not spare()):
             return outcome
-        step, writer = outcome.next_step, outcome.writer
+        step, writer, history = outcome.next_step, outcome.writer, outcome.history
 
 
 def hand_over(session_id: str, holder: str) -> None:
@@ -77,7 +77,13 @@ def hand_over(session_id: str, holder: str) -> None:
 
 
 def run_step(
-    session_id: str, run_id: str, step: int, *, holder: str, writer: BatchedWriter | None = None
+    session_id: str,
+    run_id: str,
+    step: int,
+    *,
+    holder: str,
+    writer: BatchedWriter | None = None,
+    history: History | None = None,
 ) -> StepOutcome:
     """Run step `step` of the run as `holder`, or do what a redelivery of it requires.
 
@@ -89,13 +95,15 @@ def run_step(
     since that step's commit: the step then reads the lease it still holds and goes on with
     that writer, where a step of its own takes the lease and opens a writer (two writes, each
     its own commit). If the lease was lost meanwhile, it claims the step as any other would.
+    `history` is the active branch that step left: the step goes on with it unless the
+    session's history revision moved since.
     """
     store = get_session_store()
     try:
         lease_seconds = conf.step_lease_seconds()
         claim = None if writer is None else store.resume_step(session_id, holder, lease_seconds)
         if claim is None:
-            writer = None
+            writer = history = None
             claim = store.claim_step(session_id, holder, lease_seconds)
     except SessionNotFound:
         return StepOutcome()
@@ -108,7 +116,17 @@ def run_step(
     elif state is None or state.step_count >= step:  # Ended, or a step committed already.
         store.release_lease(session_id, holder, clean=not lease.taken_over)
         return StepOutcome()
-    attempt = Attempt(store, state, run, step, holder)
+    if history is not None and history.revision != claim.history_revision:
+        history = None  # Something else wrote the messages or compactions since.
+    attempt = Attempt(
+        store,
+        state,
+        run,
+        step,
+        holder,
+        history_revision=claim.history_revision,
+        history=None if history is None else history.messages,
+    )
     if lease.abandoned > conf.step_max_abandoned():
         return attempt.give_up(
             f"Step {step} was left unfinished by {lease.abandoned} attempts in a row "

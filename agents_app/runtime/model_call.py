@@ -121,14 +121,20 @@ class ModelCall:
         if self.llm_stream is not None:
             self.llm_stream.close()
 
-    def _history(self, active: list[Message] | None) -> list[Message]:
+    def _history(self, measured: list[Message] | None) -> list[Message]:
         """Return the active branch, or, in a run's first step, the branch it starts from.
 
-        `active` is the active branch when the step has read it already.
+        `measured` is the active branch when compaction read it already. Otherwise the step
+        goes on with the branch its run's previous step left, if it has it and has no memory
+        (whose compaction may have just changed the branch), or reads it.
         """
-        if active is None or self.branch_from is not None:
-            active = self.store.get_history(self.session_id, self.branch_from)
-        return active + self._drained_messages()
+        if self.branch_from is not None:
+            self.active = self.store.get_history(self.session_id, self.branch_from)
+        elif measured is not None:
+            self.active = measured
+        elif self.active is None or self.memory is not None:
+            self.active = self.store.get_history(self.session_id)
+        return self.active + self._drained_messages()
 
     def _drained_messages(self) -> list[Message]:
         return [tool_message(o.call, o.result) for o in self.drained]

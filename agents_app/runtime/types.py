@@ -14,19 +14,34 @@ class LeaseLost(Exception):
 
 
 @dataclass(frozen=True)
+class History:
+    """The active branch as a step's commit left it, at the session's history revision then.
+
+    The next step of the run in the same task goes on with it instead of reading the branch
+    again, if the revision it reads with its lease is still this one: no other write changed
+    the session's messages or compactions since.
+    """
+
+    messages: list[Message]
+    revision: int
+
+
+@dataclass(frozen=True)
 class StepOutcome:
     """What the task does after a step: nothing, go on with `next_step`, or retry later.
 
     With a `next_step`, `holder` still holds the session's lease: the run goes on under it,
     in this task or, once the task has handed the next step to the broker, after
-    `hand_over` releases it. Then `writer` is the stream writer the step wrote with, which the
-    next step goes on with when it runs in this task.
+    `hand_over` releases it. Then `writer` is the stream writer the step wrote with, and
+    `history` the active branch it left (when nothing else changed it during the step),
+    which the next step goes on with when it runs in this task.
     """
 
     next_step: int | None = None
     retry_after: float | None = None
     holder: str | None = None
     writer: BatchedWriter | None = None
+    history: History | None = None
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,7 @@ class SessionStateStore(abc.ABC):
         release_lease_of: str | None = None,
         stage: Sequence[StagedToolChange] = (),
         forget_tool_calls: bool = False,
+        expected_history_revision: int | None = None,
     ) -> CommitResult:
         """Commit one step in a single transaction.
 
@@ -173,6 +174,9 @@ class SessionStateStore(abc.ABC):
         of abandoned holders (`Lease.abandoned` goes back to 0); the step lease of
         `release_lease_of`, if it holds it, is released cleanly with it, and otherwise whoever
         holds the lease keeps it.
+
+        The result holds the messages as stored and, if the session's history revision was
+        `expected_history_revision`, the revision after the commit (see `CommitResult`).
         """
 
     # Atomic operations
@@ -424,6 +428,16 @@ class SessionStateStore(abc.ABC):
     @abc.abstractmethod
     def get_compactions(self, session_id: str) -> list[Compaction]:
         """Return the session's compactions in the order they were added."""
+
+    # History revisions (optional: a backend that keeps them sets `supports_history_revisions`)
+    #
+    # Every write to a session's messages or compactions bumps its history revision. A step's
+    # resumption (and, where the backend reads it there, its claim) returns it in
+    # `StepClaim.history_revision`; a step commit told the revision its caller expects says
+    # whether the history still stood there (`CommitResult.history_revision`). A backend that
+    # keeps none returns `None` in both.
+
+    supports_history_revisions: ClassVar[bool] = False
 
     # Full-text search (optional: a backend that has it sets `supports_search`)
 

@@ -239,6 +239,7 @@ class InMemorySessionStateStore(SessionStateStore):
         release_lease_of: str | None = None,
         stage: Sequence[StagedToolChange] = (),
         forget_tool_calls: bool = False,
+        expected_history_revision: int | None = None,  # No revisions here: never found.
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
         fields = _state_fields_in(state)
@@ -276,7 +277,11 @@ class InMemorySessionStateStore(SessionStateStore):
             self._abandoned.pop(session_id, None)
             if release_lease_of is not None and self._holds(session_id, release_lease_of):
                 del self._leases[session_id]
-        return CommitResult(checkpoint_id=record.checkpoint_id, new_version=new_version)
+        return CommitResult(
+            checkpoint_id=record.checkpoint_id,
+            new_version=new_version,
+            messages=copy.deepcopy(planned),
+        )
 
     # Atomic operations
 

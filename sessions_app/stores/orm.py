@@ -263,6 +263,7 @@ class ORMSessionStateStore(SessionStateStore):
         release_lease_of: str | None = None,
         stage: Sequence[StagedToolChange] = (),
         forget_tool_calls: bool = False,
+        expected_history_revision: int | None = None,
     ) -> CommitResult:
         rules.check_checkpoint_meta(checkpoint)
         staged = self._staged_rows(session_id, checkpoint.step_id, stage)
@@ -277,7 +278,7 @@ class ORMSessionStateStore(SessionStateStore):
                 locked = fetch_one(sql.lock_for_commit, [session_id, session_id])
                 if locked is None:
                     raise SessionNotFound(session_id)
-                version, message_count, lease_holder, *last = locked
+                version, message_count, lease_holder, history_revision, *last = locked
                 _check_version(session_id, expected_version, version)
                 planned = _plan_messages(session_id, messages, now, last=last)
                 fields = rules.state_fields(state)
@@ -293,13 +294,23 @@ class ORMSessionStateStore(SessionStateStore):
                     now=now,
                     version=version,
                     message_count=message_count,
+                    history_revision=history_revision,
                     release=release_lease_of is not None and lease_holder == release_lease_of,
                     staged=staged,
                     forget_tool_calls=forget_tool_calls,
                 )
         if refused is not None:
             raise refused
-        return CommitResult(checkpoint_id=checkpoint_id, new_version=new_version)
+        return CommitResult(
+            checkpoint_id=checkpoint_id,
+            new_version=new_version,
+            messages=planned,
+            history_revision=(
+                history_revision + bool(planned)
+                if history_revision == expected_history_revision
+                else None
+            ),
+        )
 
     def _write_commit(
         self,
@@ -312,6 +323,7 @@ class ORMSessionStateStore(SessionStateStore):
         now: datetime,
         version: int,
         message_count: int,
+        history_revision: int,
         release: bool,
         staged: list[tuple[Any, ...]],
         forget_tool_calls: bool,
@@ -323,8 +335,9 @@ class ORMSessionStateStore(SessionStateStore):
         lease = {"lease_abandoned": 0}  # The step finished.
         if release:
             lease |= {"lease_holder": "", "lease_expires_at": None}
+        history = {"history_revision": history_revision + 1} if planned else {}
         new_version = _write_state(
-            session_id, version, message_count=message_count, **_columns(fields), **lease
+            session_id, version, message_count=message_count, **_columns(fields), **lease, **history
         )
         snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
         checkpoint_id = models.generate_id()
@@ -368,7 +381,9 @@ class ORMSessionStateStore(SessionStateStore):
             appended = _insert_messages(session_id, messages, timezone.now())
             if appended:
                 models.AgentSession.objects.filter(pk=session_id).update(
-                    message_count=message_count + len(appended), updated_at=timezone.now()
+                    message_count=message_count + len(appended),
+                    updated_at=timezone.now(),
+                    **_history_changed(),
                 )
         return appended
 
@@ -477,7 +492,12 @@ class ORMSessionStateStore(SessionStateStore):
         taken_over = row.previous_holder not in ("", holder)
         lease = Lease(version=row.version, taken_over=taken_over, abandoned=row.lease_abandoned)
         state = _session_state(row, row.interrupt_flag)
-        return StepClaim(lease=lease, state=state, run=_claimed_run(row))
+        return StepClaim(
+            lease=lease,
+            state=state,
+            run=_claimed_run(row),
+            history_revision=row.history_revision,
+        )
 
     def resume_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
         # One read, no write: the lease was kept, and the step's watcher renews it.
@@ -487,7 +507,10 @@ class ORMSessionStateStore(SessionStateStore):
         row = _read_session_row(found)
         lease = Lease(version=row.version, taken_over=False, abandoned=row.lease_abandoned)
         return StepClaim(
-            lease=lease, state=_session_state(row, row.interrupt_flag), run=_claimed_run(row)
+            lease=lease,
+            state=_session_state(row, row.interrupt_flag),
+            run=_claimed_run(row),
+            history_revision=row.history_revision,
         )
 
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
@@ -625,7 +648,7 @@ class ORMSessionStateStore(SessionStateStore):
                 raise MessageNotFound(session_id, str(message.id))
             updated = rules.updated_message(_message(row), message)
             models.Message.objects.filter(pk=row.pk).update(**_said(updated))
-            _touch(session_id)
+            _touch(session_id, **_history_changed())
         return updated
 
     def delete_messages(self, session_id: str, message_ids: Iterable[str]) -> int:
@@ -635,7 +658,7 @@ class ORMSessionStateStore(SessionStateStore):
                 session_id=session_id, pk__in=list(message_ids)
             ).delete()
             if deleted:
-                _touch(session_id, message_count=message_count - deleted)
+                _touch(session_id, message_count=message_count - deleted, **_history_changed())
         return deleted
 
     def clear_messages(self, session_id: str) -> int:
@@ -643,7 +666,7 @@ class ORMSessionStateStore(SessionStateStore):
             message_count = _lock(session_id, "message_count")["message_count"]
             models.Compaction.objects.filter(session_id=session_id).delete()
             models.Message.objects.filter(session_id=session_id).delete()
-            _touch(session_id, message_count=0)
+            _touch(session_id, message_count=0, **_history_changed())
         return message_count
 
     def add_compaction(
@@ -665,6 +688,7 @@ class ORMSessionStateStore(SessionStateStore):
                 to_message_id=to_message_id,
                 summary=summary,
             )
+            models.AgentSession.objects.filter(pk=session_id).update(**_history_changed())
         return _compaction(row)
 
     def get_history(
@@ -677,6 +701,7 @@ class ORMSessionStateStore(SessionStateStore):
         _require(session_id)
         return _compactions(session_id)
 
+    supports_history_revisions = True
     supports_search = True
 
     def search_messages(self, session_id: str, query: str, *, limit: int = 20) -> list[MessageHit]:
@@ -709,7 +734,7 @@ class ORMSessionStateStore(SessionStateStore):
             # count can undercount; the session's exact count cannot.
             messages.delete()
             models.AgentSession.objects.filter(pk=session_id).update(
-                message_count=message_count, updated_at=timezone.now()
+                message_count=message_count, updated_at=timezone.now(), **_history_changed()
             )
         return current - message_count
 
@@ -1172,6 +1197,11 @@ def _update_lease(session_id: str, holder: str, **columns: Any) -> bool:
 def _touch(session_id: str, **columns: Any) -> None:
     """Set `updated_at` (and `columns`) of a session the caller holds locked."""
     models.AgentSession.objects.filter(pk=session_id).update(updated_at=timezone.now(), **columns)
+
+
+def _history_changed() -> dict[str, Any]:
+    """Return the update of a locked session whose messages or compactions a write changed."""
+    return {"history_revision": F("history_revision") + 1}
 
 
 def _require(session_id: str, *fields: str) -> dict[str, Any]:

@@ -57,8 +57,8 @@ QUEUED_RUN_FIELDS = ("run_id", "session", "input", "queued_at")
 
 @dataclass(frozen=True)
 class Statements:
-    # Locks a session's row; returns its version, message count and lease holder, and the id
-    # and sequence of its last message.
+    # Locks a session's row; returns its version, message count, lease holder and history
+    # revision, and the id and sequence of its last message.
     lock_for_commit: str
     # Returns the id and sequence of a session's last message.
     last_message: str
@@ -161,6 +161,7 @@ def statements(vendor: str) -> Statements:
             f"SELECT {qualified(session, 'version')} AS {quote('version')}, "
             f"{qualified(session, 'message_count')} AS {quote('message_count')}, "
             f"{qualified(session, 'lease_holder')} AS {quote('lease_holder')}, "
+            f"{qualified(session, 'history_revision')} AS {quote('history_revision')}, "
             f"last.{column(message, 'id')}, last.{column(message, 'sequence')} "
             f"FROM {table(session)} LEFT JOIN (SELECT {column(message, 'id')}, "
             f"{column(message, 'sequence')} FROM {table(message)} "

@@ -317,8 +317,17 @@ class Checkpoint:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommitResult:
+    """What a step commit wrote: its checkpoint, the new version and the messages as stored.
+
+    `history_revision` is the session's history revision after the commit when it found the
+    revision the caller expected (nothing else wrote the session's messages or compactions
+    since), and `None` otherwise or when the backend keeps no revisions.
+    """
+
     checkpoint_id: str
     new_version: int
+    messages: list[Message] = field(default_factory=list)
+    history_revision: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -344,6 +353,9 @@ class StepClaim:
     lease: Lease
     state: SessionState
     run: "RunRecord | None"
+    # The session's history revision, which every write to its messages or compactions
+    # bumps; `None` from a backend or claim that does not read it.
+    history_revision: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

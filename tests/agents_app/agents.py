@@ -6,6 +6,7 @@ where a test needs it (the flaky model counts its calls per run in the worker pr
 """
 
 import collections
+import dataclasses
 import time
 from types import SimpleNamespace
 
@@ -195,6 +196,39 @@ def failing_summary_script(request, context) -> Turn:
 MEMORY_BLOCK = ContextBlockSpec("memory", description="Learned facts", max_tokens=1100)
 
 
+def rewrite_first_message(note: Note, ctx) -> dict:
+    """Rewrite the session's first message, as a person editing it meanwhile would."""
+    store = get_session_store()
+    first = store.get_messages(ctx.session_id, limit=1).messages[0]
+    store.update_message(ctx.session_id, dataclasses.replace(first, content=note.text))
+    return {"rewrote": note.text}
+
+
+rewrite_tool = Tool(
+    name="rewrite",
+    description="Rewrite the first message.",
+    input_model=Note,
+    execute=rewrite_first_message,
+)
+# The messages each step's model request held, per session, in this process.
+REQUESTS_SEEN: dict[str, list[list]] = collections.defaultdict(list)
+
+
+def recording_script(tool_name: str):
+    """Return a script of three steps, calling `tool_name` in the first two, that records the
+    messages each request held."""
+
+    def script(request, context) -> Turn:
+        REQUESTS_SEEN[context.session_id].append(list(request.messages))
+        step = turn_step(request)
+        if step == 2:
+            return Turn(text="Done.")
+        call = ScriptedToolCall(name=tool_name, arguments={"text": f"rewritten {step}"})
+        return Turn(text=f"Step {step}.", tool_calls=[call])
+
+    return script
+
+
 def second_chance_script(request, context) -> Turn:
     """Fail for good in a session's first run; answer in any later one (a retry)."""
     if len(get_session_store().list_runs(context.session_id)) == 1:
@@ -203,6 +237,13 @@ def second_chance_script(request, context) -> Turn:
 
 
 SCRIPTED_AGENTS = [
+    # Three steps of a tool call each, their requests recorded; the rewriter's tool edits the
+    # session's first message, as someone else might while its run goes on.
+    (
+        Agent(name="recorder", tools=[note_tool], initial_state={"notes": []}),
+        recording_script("note"),
+    ),
+    (Agent(name="rewriter", tools=[rewrite_tool]), recording_script("rewrite")),
     # Two parallel notes, then a third, then an answer: three steps.
     (
         Agent(name="notetaker", tools=[note_tool], initial_state={"notes": []}),

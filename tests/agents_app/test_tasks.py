@@ -1,7 +1,11 @@
 """The step task: it runs a run's steps for a time slice, then hands the next to the broker."""
 
+import dataclasses
+
 import pytest
 from celery.signals import before_task_publish
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from agents_app import conf, tasks
 from agents_app.runs import services
@@ -10,7 +14,7 @@ from agents_app.runtime.types import StepOutcome
 from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store
 from streams_app.models import Stream
-from tests.agents_app import agents  # noqa: F401 (registers `steady`)
+from tests.agents_app import agents  # Registers `steady`, `recorder` and `rewriter`.
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
 
@@ -51,6 +55,63 @@ def test_the_steps_of_one_slice_take_the_lease_and_open_the_stream_writer_once(o
     assert after.step_count == 3
     assert after.version == session.version + 1 + 3  # One claim, three commits.
     assert Stream.objects.get(pk=session.stream_id).writer_epoch == epoch + 1
+
+
+def _run_one_slice(owner, agent_type: str) -> tuple[str, list[list], int]:
+    """Run a three-step run in one task; return its session, the messages each step's model
+    request held, and how often the task read the active branch from the database."""
+    started = services.agent_start(user=owner, agent_type=agent_type, message="Go.")
+    with CaptureQueriesContext(connection) as queries:
+        tasks.run_step_task.apply(args=(started.session_id, started.run_id, 1))
+    reads = sum("WITH RECURSIVE" in query["sql"] for query in queries.captured_queries)
+    return started.session_id, agents.REQUESTS_SEEN.pop(started.session_id), reads
+
+
+def test_the_steps_of_one_slice_go_on_with_the_history_their_commits_left(owner, settings):
+    """Each step's model is asked with the active branch exactly as stored, but the task reads
+    it only until it has a history revision to check the branch it keeps against: once on
+    PostgreSQL, whose claim reads the revision, twice on SQLite, where the resumption does."""
+    settings.HELIX = {**settings.HELIX, "STEP_TIME_SLICE_SECONDS": 60}
+
+    session_id, seen, reads = _run_one_slice(owner, "recorder")
+
+    history = get_session_store().get_history(session_id)
+    assert len(history) == 6
+    assert seen == [history[:1], history[:3], history[:5]]
+    assert reads == (1 if connection.vendor == "postgresql" else 2)
+
+
+def test_a_step_reads_the_history_again_when_a_write_changed_it_during_the_step_before(
+    owner, settings
+):
+    settings.HELIX = {**settings.HELIX, "STEP_TIME_SLICE_SECONDS": 60}
+
+    session_id, seen, reads = _run_one_slice(owner, "rewriter")  # Its tools edit message 1.
+
+    assert [request[0].content for request in seen] == ["Go.", "rewritten 0", "rewritten 1"]
+    assert seen[-1] == get_session_store().get_history(session_id)[:5]
+    assert reads == 3
+
+
+def test_a_step_reads_the_history_again_when_a_write_changed_it_between_the_steps(owner):
+    started = services.agent_start(user=owner, agent_type="recorder", message="Go.")
+    session_id, run_id = started.session_id, started.run_id
+    first = executor.run_step(session_id, run_id, 1, holder="task-a")
+    second = executor.run_step(
+        session_id, run_id, 2, holder="task-a", writer=first.writer, history=first.history
+    )
+    assert second.history is not None  # The next step could go on with it...
+    store = get_session_store()
+    message = store.get_history(session_id)[0]
+    store.update_message(session_id, dataclasses.replace(message, content="Edited."))  # ...but.
+
+    executor.run_step(
+        session_id, run_id, 3, holder="task-a", writer=second.writer, history=second.history
+    )
+
+    seen = agents.REQUESTS_SEEN.pop(session_id)
+    assert [request[0].content for request in seen] == ["Go.", "Go.", "Edited."]
+    assert seen[-1] == store.get_history(session_id)[:5]
 
 
 def test_a_step_whose_kept_lease_was_taken_claims_the_step_as_any_other(owner):

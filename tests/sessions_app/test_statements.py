@@ -51,7 +51,7 @@ def test_each_statement_matches_the_orm_on_this_database():
     assert compiled_by_orm(promote_staged) == [sql.promote_staged]
 
 
-def test_the_commit_lock_reads_the_session_and_its_last_message():
+def test_the_commit_lock_reads_the_session_its_history_revision_and_its_last_message():
     session = models.AgentSession.objects.create(agent_type="assistant", lease_holder="w")
     lock = statements(connection.vendor).lock_for_commit
 
@@ -60,14 +60,14 @@ def test_the_commit_lock_reads_the_session_and_its_last_message():
             cursor.execute(lock, [session.pk, session.pk])
             return cursor.fetchone()
 
-    assert locked() == (session.version, 0, "w", None, None)
+    assert locked() == (session.version, 0, "w", 0, None, None)
     for sequence in (1, 2):
         models.Message.objects.create(
             id=f"m{sequence}", session=session, sequence=sequence, role="user"
         )
-    session.message_count = 2
-    session.save(update_fields=["message_count"])
-    assert locked() == (session.version, 2, "w", "m2", 2)
+    session.message_count, session.history_revision = 2, 3
+    session.save(update_fields=["message_count", "history_revision"])
+    assert locked() == (session.version, 2, "w", 3, "m2", 2)
 
 
 def test_checkpoint_columns_follow_the_model():

@@ -634,6 +634,99 @@ def test_step_commit_on_missing_session_raises(store, session_id):
         )
 
 
+def test_step_commit_returns_its_messages_as_stored(store, session_id):
+    store.append_messages(session_id, [user("question")])
+
+    result = commit_step(
+        store, session_id, step=1, messages=[assistant("answer"), user("more", id="u2")]
+    )
+
+    assert result.messages == store.get_history(session_id)[1:]
+    assert [(m.sequence, m.content) for m in result.messages] == [(2, "answer"), (3, "more")]
+
+
+# History revisions
+
+
+@pytest.fixture
+def revised(store, session_id):
+    """Return a reader of the session's history revision, as a resumed step reads it."""
+    if not store.supports_history_revisions:
+        pytest.skip(f"{type(store).__name__} keeps no history revisions")
+    store.acquire_lease(session_id, "holder", 60)
+    return lambda: store.resume_step(session_id, "holder", 60).history_revision
+
+
+def test_the_database_store_keeps_history_revisions():
+    assert ORMSessionStateStore.supports_history_revisions  # Its tests must run, never skip.
+
+
+def test_every_write_to_messages_or_compactions_moves_the_history_revision(
+    store, session_id, revised
+):
+    writes = {
+        "append": lambda: store.append_messages(
+            session_id, [user(f"m{n}", id=f"m{n}") for n in range(1, 6)]
+        ),
+        "step commit": lambda: commit_step(store, session_id, step=1, messages=[assistant("a")]),
+        "edit": lambda: store.update_message(session_id, user("edited", id="m1")),
+        "compaction": lambda: store.add_compaction(session_id, "Summary", "m1", "m2"),
+        "delete": lambda: store.delete_messages(session_id, ["m5"]),
+        "truncate": lambda: store.truncate_messages(session_id, 3),
+        "clear": lambda: store.clear_messages(session_id),
+    }
+    revisions = [revised()]
+    for write in writes.values():
+        write()
+        revisions.append(revised())
+
+    assert revisions == sorted(set(revisions)), dict(
+        zip(["before", *writes], revisions, strict=True)
+    )
+
+
+def test_writes_that_leave_messages_alone_keep_the_history_revision(store, session_id, revised):
+    store.append_messages(session_id, [user("m1")])
+    before = revised()
+
+    commit_step(store, session_id, step=1, custom_state={"k": 1})  # No messages.
+    store.rename_session(session_id, "renamed")
+    store.delete_messages(session_id, ["not-there"])
+
+    assert revised() == before
+
+
+def test_a_commit_tells_whether_the_history_stood_at_the_revision_expected(
+    store, session_id, revised
+):
+    store.append_messages(session_id, [user("m1", id="m1")])
+    state = store.load_state(session_id)
+    expected = revised()
+
+    first = store.save_state_and_promote_staging(
+        session_id,
+        state,
+        [assistant("a")],
+        CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=1),
+        expected_version=state.version,
+        expected_history_revision=expected,
+    )
+    assert first.history_revision == revised() > expected
+    store.update_message(session_id, user("edited", id="m1"))  # As a person might, meanwhile.
+    state = store.load_state(session_id)
+    second = store.save_state_and_promote_staging(
+        session_id,
+        state,
+        [assistant("b")],
+        CheckpointMeta(step_id="step-2", step_count=2, stream_sequence=2),
+        expected_version=state.version,
+        expected_history_revision=first.history_revision,
+    )
+
+    assert second.history_revision is None
+    assert contents(store, session_id) == ["edited", "a", "b"]
+
+
 # Messages
 
 
