@@ -71,6 +71,7 @@ def commit_step(
     step: int,
     messages: list[Message] = (),
     custom_state: dict | None = None,
+    expected_history_revision: int | None = None,
 ):
     """Commit one step on the loaded state, as the runtime does; return the commit result."""
     state = store.load_state(session_id)
@@ -83,6 +84,7 @@ def commit_step(
         list(messages),
         CheckpointMeta(step_id=f"step-{step}", step_count=step, stream_sequence=step * 10),
         expected_version=state.version,
+        expected_history_revision=expected_history_revision,
     )
 
 
@@ -700,26 +702,18 @@ def test_a_commit_tells_whether_the_history_stood_at_the_revision_expected(
     store, session_id, revised
 ):
     store.append_messages(session_id, [user("m1", id="m1")])
-    state = store.load_state(session_id)
     expected = revised()
 
-    first = store.save_state_and_promote_staging(
-        session_id,
-        state,
-        [assistant("a")],
-        CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=1),
-        expected_version=state.version,
-        expected_history_revision=expected,
+    first = commit_step(
+        store, session_id, step=1, messages=[assistant("a")], expected_history_revision=expected
     )
     assert first.history_revision == revised() > expected
     store.update_message(session_id, user("edited", id="m1"))  # As a person might, meanwhile.
-    state = store.load_state(session_id)
-    second = store.save_state_and_promote_staging(
+    second = commit_step(
+        store,
         session_id,
-        state,
-        [assistant("b")],
-        CheckpointMeta(step_id="step-2", step_count=2, stream_sequence=2),
-        expected_version=state.version,
+        step=2,
+        messages=[assistant("b")],
         expected_history_revision=first.history_revision,
     )
 
