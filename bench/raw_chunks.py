@@ -1,11 +1,11 @@
 """Append stream chunks on a bare psycopg connection with the ORM's own SQL."""
 
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 # The SQL text ORMStreamManager.append_chunks sends on PostgreSQL for a write, letter for letter
 # (bench.streams checks this before timing), with the same parameters: one statement whose CTE
@@ -16,8 +16,8 @@ APPEND_CHUNKS = (
     'RETURNING "last_sequence") INSERT INTO "streams_app_streamchunk" ("stream_id", "sequence", '
     '"step", "type", "chunk", "created_at") SELECT %s, reserved."last_sequence" - %s + '
     "chunk.position, chunk.step, chunk.type, chunk.body, %s FROM reserved, "
-    "unnest(%s::integer[], %s::varchar[], %s::jsonb[]) WITH ORDINALITY "
-    'AS chunk(step, type, body, position) ORDER BY chunk.position RETURNING "sequence"'
+    "jsonb_to_recordset(%s::jsonb) AS chunk(position integer, step integer, type varchar, "
+    'body jsonb) ORDER BY chunk.position RETURNING "sequence"'
 )
 
 
@@ -60,7 +60,8 @@ class RawChunkWriter:
         now = datetime.now(UTC)
         with self.connection.cursor() as cursor:
             reserve = [1, 1, stream_id, "active"]
-            insert = [stream_id, 1, now, [chunk["step"]], [chunk["type"]], [Jsonb(chunk)]]
+            row = {"position": 1, "step": chunk["step"], "type": chunk["type"], "body": chunk}
+            insert = [stream_id, 1, now, json.dumps([row])]
             cursor.execute(APPEND_CHUNKS, [*reserve, *insert])
             row = cursor.fetchone()
         if row is None:

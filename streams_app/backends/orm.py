@@ -7,7 +7,7 @@ in order: a reader never sees sequence n+1 before n. Readers are rung through th
 
 import functools
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -90,7 +90,6 @@ class ORMStreamManager(StreamManager):
     ) -> list[int]:
         sql = _write_statements(connection.vendor)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
-        to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
         fence = [] if epoch is None else [epoch]
         reserve = sql.reserve if epoch is None else sql.reserve_fenced
         reserve_params = [len(chunks), len(chunks), stream_id, ACTIVE, *fence]
@@ -104,9 +103,10 @@ class ORMStreamManager(StreamManager):
                         stream_id,
                         len(chunks),
                         now,
-                        [chunk["step"] for chunk in chunks],
-                        [chunk["type"] for chunk in chunks],
-                        [to_json(chunk, connection) for chunk in chunks],
+                        _json_rows(
+                            {"position": n, "step": c["step"], "type": c["type"], "body": c}
+                            for n, c in enumerate(chunks, 1)
+                        ),
                     ],
                 )
                 sequences = sorted(sequence for (sequence,) in cursor.fetchall())
@@ -116,6 +116,7 @@ class ORMStreamManager(StreamManager):
                     functools.partial(bell.ring, stream_id, notice_for(sequenced))
                 )
                 return sequences
+        to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(reserve, reserve_params)
             reserved = cursor.fetchone()
@@ -153,9 +154,6 @@ class ORMStreamManager(StreamManager):
         if sql is None or self.max_chunks is not None or len(batches) < 2:
             return super().append_batches(batches)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
-        to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
-        chunks = [(batch, chunk) for batch in batches for chunk in batch.chunks]
-        positions = [n for batch in batches for n in range(1, len(batch.chunks) + 1)]
         with connection.cursor() as cursor:
             # One statement reserves and inserts for every stream: one round trip, atomic on
             # its own. A batch it cannot store (stream missing, not active, or fenced) reserves
@@ -163,16 +161,23 @@ class ORMStreamManager(StreamManager):
             cursor.execute(
                 sql,
                 [
-                    [batch.stream_id for batch in batches],
-                    [batch.epoch for batch in batches],
-                    [len(batch.chunks) for batch in batches],
+                    _json_rows(
+                        {"stream_id": b.stream_id, "epoch": b.epoch, "size": len(b.chunks)}
+                        for b in batches
+                    ),
                     ACTIVE,
                     now,
-                    [batch.stream_id for batch, _ in chunks],
-                    positions,
-                    [chunk["step"] for _, chunk in chunks],
-                    [chunk["type"] for _, chunk in chunks],
-                    [to_json(chunk, connection) for _, chunk in chunks],
+                    _json_rows(
+                        {
+                            "stream_id": batch.stream_id,
+                            "position": n,
+                            "step": chunk["step"],
+                            "type": chunk["type"],
+                            "body": chunk,
+                        }
+                        for batch in batches
+                        for n, chunk in enumerate(batch.chunks, 1)
+                    ),
                 ],
             )
             reserved = dict(cursor.fetchall())
@@ -397,6 +402,19 @@ class _WriteStatements:
     open_writer: str | None
 
 
+# The columns of a chunk row the PostgreSQL appends read from their JSON parameter.
+_CHUNK_ROW = "position integer, step integer, type varchar, body jsonb"
+
+
+def _json_rows(rows: Iterable[dict[str, Any]]) -> str:
+    """Return rows as the one JSON array a PostgreSQL append reads with `jsonb_to_recordset`.
+
+    One string to send: a `jsonb[]` of each chunk's JSON had psycopg pick and build a dumper
+    for every element, which cost a busy worker more than the statement.
+    """
+    return json.dumps(list(rows))
+
+
 @functools.cache
 def _write_statements(vendor: str) -> _WriteStatements:
     """Return the write statements in the dialect of the `vendor` database."""
@@ -413,15 +431,14 @@ def _write_statements(vendor: str) -> _WriteStatements:
     returning = f" RETURNING {last}, {count}"
 
     def append(reserve: str) -> str:
-        # Parameters after the reserve's: stream id, chunk count, created at, then the steps,
-        # types and JSON of the chunks as arrays.
+        # Parameters after the reserve's: stream id, chunk count, created at, then the chunks
+        # as one JSON array of rows (`_json_rows`).
         return (
             f"WITH reserved AS ({reserve} RETURNING {last}) "
             f"INSERT INTO {table(StreamChunk)} ({chunk_columns}) "
             f"SELECT %s, reserved.{last} - %s + chunk.position, chunk.step, chunk.type, "
             "chunk.body, %s FROM reserved, "
-            "unnest(%s::integer[], %s::varchar[], %s::jsonb[]) WITH ORDINALITY "
-            "AS chunk(step, type, body, position) "
+            f"jsonb_to_recordset(%s::jsonb) AS chunk({_CHUNK_ROW}) "
             f"ORDER BY chunk.position RETURNING {column(StreamChunk, 'sequence')}"
         )
 
@@ -451,8 +468,8 @@ def _write_statements(vendor: str) -> _WriteStatements:
         f"opened.{column(Stream, 'last_sequence')} FROM opened LEFT JOIN previous ON TRUE"
     )
     append_batches = (
-        "WITH batch AS (SELECT * FROM unnest(%s::varchar[], %s::integer[], %s::integer[]) "
-        "AS batch(stream_id, epoch, size)), "
+        "WITH batch AS (SELECT * FROM jsonb_to_recordset(%s::jsonb) "
+        "AS batch(stream_id varchar, epoch integer, size integer)), "
         f"reserved AS (UPDATE {table(Stream)} AS stream "
         f"SET {last} = stream.{last} + batch.size, {count} = stream.{count} + batch.size "
         "FROM batch "
@@ -461,8 +478,8 @@ def _write_statements(vendor: str) -> _WriteStatements:
         f"RETURNING stream.{identifier} AS stream_id, stream.{last} AS last, batch.size), "
         f"inserted AS (INSERT INTO {table(StreamChunk)} ({chunk_columns}) "
         "SELECT chunk.stream_id, reserved.last - reserved.size + chunk.position, chunk.step, "
-        "chunk.type, chunk.body, %s FROM unnest(%s::varchar[], %s::integer[], %s::integer[], "
-        "%s::varchar[], %s::jsonb[]) AS chunk(stream_id, position, step, type, body) "
+        "chunk.type, chunk.body, %s FROM jsonb_to_recordset(%s::jsonb) "
+        f"AS chunk(stream_id varchar, {_CHUNK_ROW}) "
         "JOIN reserved ON reserved.stream_id = chunk.stream_id) "
         "SELECT stream_id, last FROM reserved"
     )
