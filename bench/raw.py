@@ -47,7 +47,7 @@ def insert_messages(count: int) -> str:
 
 INSERT_MESSAGE = insert_messages(1)
 UPDATE_MESSAGE_COUNT = (
-    f'UPDATE {_SESSION} SET "message_count" = %s, "updated_at" = %s, '
+    f'UPDATE {_SESSION} SET "updated_at" = %s, "message_count" = %s, '
     f'"history_revision" = ({_SESSION}."history_revision" + %s) WHERE {_SESSION}."id" = %s'
 )
 _STATE_COLUMNS = (
@@ -147,7 +147,7 @@ class RawSessionStore:
             )
             cursor.execute(
                 UPDATE_MESSAGE_COUNT,
-                (message_count + len(messages), datetime.now(UTC), 1, session_id),
+                (datetime.now(UTC), message_count + len(messages), 1, session_id),
             )
 
     def save_state_and_promote_staging(

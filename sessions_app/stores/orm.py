@@ -380,10 +380,8 @@ class ORMSessionStateStore(SessionStateStore):
             message_count = _lock(session_id, "message_count")["message_count"]
             appended = _insert_messages(session_id, messages, timezone.now())
             if appended:
-                models.AgentSession.objects.filter(pk=session_id).update(
-                    message_count=message_count + len(appended),
-                    updated_at=timezone.now(),
-                    **_history_changed(),
+                _touch(
+                    session_id, message_count=message_count + len(appended), **_history_changed()
                 )
         return appended
 
@@ -733,9 +731,7 @@ class ORMSessionStateStore(SessionStateStore):
             # Children go with their parents by database cascade, so the statement's own row
             # count can undercount; the session's exact count cannot.
             messages.delete()
-            models.AgentSession.objects.filter(pk=session_id).update(
-                message_count=message_count, updated_at=timezone.now(), **_history_changed()
-            )
+            _touch(session_id, message_count=message_count, **_history_changed())
         return current - message_count
 
     # Cross-session listing
