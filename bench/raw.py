@@ -167,42 +167,44 @@ class RawSessionStore:
             version, message_count, _, history_revision, *last = row
             if version != expected_version:
                 raise RuntimeError(f"version {version} is not the expected {expected_version}")
-            now = datetime.now(UTC)
-            last = None if last[0] is None else tuple(last)
-            _insert_messages(cursor, session_id, messages, now, last, self.executemany)
-            version += 1
-            message_count += len(messages)
-            cursor.execute(
-                UPDATE_STATE,
-                (
-                    version,
-                    datetime.now(UTC),
-                    message_count,
-                    *_state_values(state),
-                    history_revision + 1,
-                    session_id,
-                ),
-            )
-            checkpoint_id = str(uuid.uuid4())
-            cursor.execute(
-                INSERT_CHECKPOINT,
-                (
-                    checkpoint_id,
-                    session_id,
-                    checkpoint.run_id or "",
-                    checkpoint.step_id,
-                    checkpoint.step_count,
-                    message_count,
-                    checkpoint.stream_sequence,
-                    Jsonb(_snapshot(state, version, message_count)),
-                    now,
-                    _json(checkpoint.timings),
-                ),
-            )
-            cursor.execute(
-                PROMOTE_STAGED,
-                ("promoted", checkpoint_id, session_id, "staged", checkpoint.step_id),
-            )
+            # As ours: the writes read no result, and go in one round trip.
+            with self.connection.pipeline():
+                now = datetime.now(UTC)
+                last = None if last[0] is None else tuple(last)
+                _insert_messages(cursor, session_id, messages, now, last, self.executemany)
+                version += 1
+                message_count += len(messages)
+                cursor.execute(
+                    UPDATE_STATE,
+                    (
+                        version,
+                        datetime.now(UTC),
+                        message_count,
+                        *_state_values(state),
+                        history_revision + 1,
+                        session_id,
+                    ),
+                )
+                checkpoint_id = str(uuid.uuid4())
+                cursor.execute(
+                    INSERT_CHECKPOINT,
+                    (
+                        checkpoint_id,
+                        session_id,
+                        checkpoint.run_id or "",
+                        checkpoint.step_id,
+                        checkpoint.step_count,
+                        message_count,
+                        checkpoint.stream_sequence,
+                        Jsonb(_snapshot(state, version, message_count)),
+                        now,
+                        _json(checkpoint.timings),
+                    ),
+                )
+                cursor.execute(
+                    PROMOTE_STAGED,
+                    ("promoted", checkpoint_id, session_id, "staged", checkpoint.step_id),
+                )
         return CommitResult(checkpoint_id=checkpoint_id, new_version=version)
 
 

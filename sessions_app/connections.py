@@ -4,13 +4,17 @@ A worker runs many steps at once, each in a thread that spends most of its life 
 model. With a connection pool configured (`DATABASE_POOL_MAX_SIZE`), such a thread gives its
 connection back whenever it goes quiet, so the connections a process holds are bounded by the
 pool, not by the steps in flight; its next query takes one from the pool again. The pool checks
-each connection it hands out with `check_quiet_connection`.
+each connection it hands out with `check_quiet_connection`. And a thread's talks are short when
+they are few: `pipelined` sends writes that read no result in one round trip (a step's commit).
 """
 
+import contextlib
 import select
+from collections.abc import Iterator
 
 import psycopg
 from django.db import connection
+from psycopg import pq
 from psycopg_pool import ConnectionPool
 
 
@@ -39,3 +43,25 @@ def check_quiet_connection(conn: psycopg.Connection) -> None:
     quiet.register(conn.fileno(), select.POLLIN | select.POLLPRI)
     if quiet.poll(0):
         ConnectionPool.check_connection(conn)
+
+
+@contextlib.contextmanager
+def pipelined() -> Iterator[None]:
+    """Send the block's statements without waiting for each one's result, on PostgreSQL.
+
+    In psycopg's pipeline mode the statements queue on the connection and reach the server
+    together, when the block ends or a statement's result is read: writes whose results nobody
+    reads cost one round trip between them, not one each. A statement's error is raised there,
+    as Django's error, and fails the transaction the block runs in. Inside another such block
+    it adds nothing: the outer one sends its statements with the rest. Other databases run the
+    statements one by one.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    if connection.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+        yield
+        return
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield

@@ -17,6 +17,7 @@ from agents_app.runs import launch
 from agents_app.runtime.tool_calls import ToolOutcome
 from agents_app.runtime.types import History, Reply, StepOutcome, tool_message
 from agents_app.subagents import children
+from sessions_app.connections import pipelined
 from sessions_app.errors import VersionConflict
 from sessions_app.stores.rules import apply_merge_ops
 from sessions_app.stores.types import (
@@ -204,10 +205,12 @@ class Ending:
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         # The writer is held from before the transaction begins (see `BatchedWriter.held`).
         # No savepoint when the run's end or suspension holds the transaction: all or nothing.
+        # Pipelined: the commit's writes go to the database together, not one round trip each.
         with (
             writer.held(),
             tracing.span("commit", status=status.value),
             transaction.atomic(savepoint=False),
+            pipelined(),
         ):
             writer.flush()  # What it streamed commits with it, up to the checkpoint's sequence.
             committed = self.store.save_state_and_promote_staging(
@@ -227,7 +230,7 @@ class Ending:
                 forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
                 expected_history_revision=self.history_revision,
             )
-            get_usage_store().record_entries(self._usage(reply, outcomes))
+            get_usage_store().record_entries(self._usage(reply, outcomes), sessions_locked=True)
             if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
                 stored = AgentState(state=custom_state, version=committed.new_version)
                 transaction.on_commit(lambda: broadcast_state(self.session_id, stored))

@@ -17,6 +17,7 @@ from django.db.models import F, Field, Max, Model, Q
 from django.utils import timezone
 
 from sessions_app import models
+from sessions_app.connections import pipelined
 from sessions_app.errors import (
     HelixError,
     MessageNotFound,
@@ -285,20 +286,21 @@ class ORMSessionStateStore(SessionStateStore):
             except (HelixError, ValueError) as error:  # Bad input or a lost race.
                 refused = error
             else:
-                new_version, checkpoint_id = self._write_commit(
-                    session_id,
-                    state,
-                    fields,
-                    planned,
-                    checkpoint,
-                    now=now,
-                    version=version,
-                    message_count=message_count,
-                    history_revision=history_revision,
-                    release=release_lease_of is not None and lease_holder == release_lease_of,
-                    staged=staged,
-                    forget_tool_calls=forget_tool_calls,
-                )
+                with pipelined():  # Nothing below reads a result: one round trip for all.
+                    new_version, checkpoint_id = self._write_commit(
+                        session_id,
+                        state,
+                        fields,
+                        planned,
+                        checkpoint,
+                        now=now,
+                        version=version,
+                        message_count=message_count,
+                        history_revision=history_revision,
+                        release=release_lease_of is not None and lease_holder == release_lease_of,
+                        staged=staged,
+                        forget_tool_calls=forget_tool_calls,
+                    )
         if refused is not None:
             raise refused
         return CommitResult(

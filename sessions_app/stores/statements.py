@@ -9,9 +9,10 @@ current run in the columns the store converts itself, as the claim returns them.
 in one round trip what the ORM would do in several: the claim (`claim_step`, PostgreSQL only)
 takes a step lease and reads the session, its interrupt flag and its current run, and the
 resumption of a kept lease (`resume_step`) reads them without writing; the commit's
-lock reads the session's last message beside its row; a batch of tool call records, lease
-renewals or interrupt flags is one statement. The naming helpers serve the stream append's
-statements too."""
+lock reads the session's last message beside its row, and its writes, which read nothing
+back, go to PostgreSQL together (`sessions_app.connections.pipelined`); a batch of tool call
+records, lease renewals or interrupt flags is one statement. The naming helpers serve the
+stream append's statements too."""
 
 import functools
 from collections.abc import Sequence

@@ -33,10 +33,15 @@ class UsageStore(abc.ABC):
         return self.record_entries([entry])[0]
 
     @abc.abstractmethod
-    def record_entries(self, entries: Sequence[UsageEntry]) -> list[UsageEntry]:
+    def record_entries(
+        self, entries: Sequence[UsageEntry], *, sessions_locked: bool = False
+    ) -> list[UsageEntry]:
         """Record the entries, all or none; return them as stored, in order.
 
         Works inside a caller's transaction, so a step commit can record its usage with it.
+        `sessions_locked` says that the caller's transaction holds the entries' sessions
+        locked (a step commit holds its session's row): they exist, and a store that would
+        look them up first may skip it.
         """
 
     @abc.abstractmethod

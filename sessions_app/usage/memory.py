@@ -49,7 +49,9 @@ class InMemoryUsageStore(UsageStore):
         """Return the session store this store checks sessions against."""
         return self._session_store or get_session_store()
 
-    def record_entries(self, entries: Sequence[UsageEntry]) -> list[UsageEntry]:
+    def record_entries(
+        self, entries: Sequence[UsageEntry], *, sessions_locked: bool = False
+    ) -> list[UsageEntry]:
         prepared = rules.prepare_entries(entries, now=timezone.now())
         sessions = self.session_store
         with self._lock:

@@ -1,15 +1,16 @@
-"""The pool's check of a connection it hands out (`check_quiet_connection`), on PostgreSQL: a
-quiet connection goes out without a round trip; one whose backend the server ended is found
-out, and the pool hands out a working one instead."""
+"""Connections on PostgreSQL. The pool's check of a connection it hands out
+(`check_quiet_connection`): a quiet connection goes out without a round trip; one whose backend
+the server ended is found out, and the pool hands out a working one instead. And `pipelined`:
+statements that reach the server together, with Django's errors."""
 
 import time
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from psycopg_pool import ConnectionPool
 
-from sessions_app.connections import check_quiet_connection
+from sessions_app.connections import check_quiet_connection, pipelined
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -58,3 +59,49 @@ def test_a_connection_the_server_ended_is_replaced_before_it_is_handed_out(pool)
     with pool.connection() as conn:
         assert conn.info.backend_pid != ended
         assert conn.execute("SELECT 41 + 1").fetchone() == (42,)
+
+
+def visible_names(table: str) -> list[str]:
+    """Return the names in the table, as another connection sees them."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        return [name for (name,) in other.execute(f"SELECT name FROM {table} ORDER BY name")]
+
+
+@pytest.fixture
+def names_table():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE pipelined_names (name text PRIMARY KEY)")
+    yield "pipelined_names"
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE pipelined_names")
+
+
+def insert(table: str, *names: str) -> None:
+    for name in names:
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {table} VALUES (%s)", [name])
+
+
+def test_pipelined_statements_reach_the_server_together_at_the_blocks_end(names_table):
+    with pipelined():
+        insert(names_table, "a", "b")
+        assert visible_names(names_table) == []  # Each would be committed by now, one by one.
+        with pipelined():  # Nested: it adds nothing, and sends nothing at its end.
+            insert(names_table, "c")
+        assert visible_names(names_table) == []
+
+    assert visible_names(names_table) == ["a", "b", "c"]
+
+
+def insert_in_one_transaction(table: str, *names: str) -> None:
+    with transaction.atomic(), pipelined():
+        insert(table, *names)
+
+
+def test_a_pipelined_statements_error_is_djangos_and_fails_its_transaction(names_table):
+    with pytest.raises(IntegrityError):
+        insert_in_one_transaction(names_table, "a", "b", "a")
+
+    assert visible_names(names_table) == []
+    insert(names_table, "c")  # The connection is sound for what comes next.
+    assert visible_names(names_table) == ["c"]

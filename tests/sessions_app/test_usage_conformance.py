@@ -12,10 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from sessions_app.errors import InvalidInput, InvalidUsageEntry, InvalidUsageQuery, SessionNotFound
+from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.memory import InMemorySessionStateStore
@@ -244,6 +247,29 @@ def test_record_entries_keep_their_order_with_increasing_ids(usage, session_id, 
 def test_recording_nothing_records_nothing(usage, session_id):
     assert usage.record_entries([]) == []
     assert recorded_total(usage) == 0
+
+
+def test_entries_recorded_under_a_held_session_lock_are_stored_as_any_other(usage, session_id):
+    with transaction.atomic():
+        recorded = usage.record_entries(
+            [tokens(session_id, prompt=3), tool(session_id)], sessions_locked=True
+        )
+
+    assert usage.get_entries(session_id) == recorded
+    assert [entry.kind for entry in recorded] == [UsageKind.TOKENS, UsageKind.TOOL]
+
+
+def test_the_orm_store_does_not_look_up_sessions_its_caller_holds_locked(db):
+    sessions, usage = _orm_backends()
+    session_id = sessions.create_session("s", agent_type="assistant").session_id
+
+    with transaction.atomic():
+        AgentSession.objects.select_for_update().get(pk=session_id)  # As a step commit does.
+        with CaptureQueriesContext(connection) as queries:
+            usage.record_entries([tokens(session_id, prompt=3)], sessions_locked=True)
+
+    assert [query["sql"].split()[0] for query in queries] == ["INSERT"]
+    assert len(usage.get_entries(session_id)) == 1
 
 
 def test_recording_for_a_missing_session_raises_and_writes_nothing(usage, session_id):
