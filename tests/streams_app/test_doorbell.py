@@ -8,12 +8,21 @@ import logging
 import threading
 
 import pytest
+import redis
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.test import override_settings
 
 from streams_app.backends import notices
-from streams_app.backends.doorbell import MAX_QUEUED_RINGS, ChannelSubscription, _Bell, bell, send
+from streams_app.backends.doorbell import (
+    MAX_QUEUED_RINGS,
+    ChannelSubscription,
+    _Bell,
+    bell,
+    send,
+    send_groups,
+    stream_group,
+)
 from streams_app.backends.orm import ORMStreamManager
 from streams_app.backends.types import ChunkEvent
 from streams_app.chunks import chunk_to_wire
@@ -153,6 +162,52 @@ def test_rings_from_many_threads_reach_readers_each_in_the_order_it_was_rung():
     received = async_to_sync(scenario)()
     by_thread = {t: [m["n"] for m in received if m["thread"] == t] for t in range(threads)}
     assert by_thread == {t: list(range(rings)) for t in range(threads)}
+
+
+def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_order(
+    private_redis,
+):
+    streams, rings = ("a", "b", "c"), 10
+    server = redis.Redis.from_url(private_redis.url)
+
+    def reads() -> int:
+        """Return how many reads of its clients' commands the server made (INFO counts one)."""
+        return server.info("stats")["total_reads_processed"]
+
+    async def scenario():
+        subscriptions = [ChannelSubscription(stream) for stream in streams]
+        for subscription in subscriptions:
+            await subscription.start()
+        try:
+            await send_groups([("warm", notices.changed_notice(), "nobody")])  # Connects.
+            before = await asyncio.to_thread(reads)
+            await send_groups(
+                [
+                    (
+                        stream_group(stream),
+                        {"type": notices.CHANGED, "n": n},
+                        f"readers of {stream}",
+                    )
+                    for n in range(rings)
+                    for stream in streams
+                ]
+            )
+            sent_in = await asyncio.to_thread(reads) - before - 1
+            received = [await receive_notices(s, rings) for s in subscriptions]
+            return sent_in, received
+        finally:
+            for subscription in subscriptions:
+                await subscription.close()
+
+    layer = {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [{"address": private_redis.url}]},
+    }
+    with override_settings(CHANNEL_LAYERS={"default": layer}):
+        sent_in, received = async_to_sync(scenario)()
+
+    assert sent_in == 1  # 30 PUBLISH commands, one after another, would take 30 reads.
+    assert [[message["n"] for message in got] for got in received] == [list(range(rings))] * 3
 
 
 def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog):
