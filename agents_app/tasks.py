@@ -7,7 +7,6 @@ pool's threads started with the worker, and closing broken database connections 
 task.
 """
 
-import contextlib
 import functools
 import logging
 import threading
@@ -33,8 +32,6 @@ logger = logging.getLogger(__name__)
 
 # The longest a step task goes on with its run while its worker has threads to spare.
 LONGEST_TASK_SECONDS = 60.0
-# How long a starting worker waits for its threads pool's threads to start.
-POOL_START_SECONDS = 30.0
 
 
 @shared_task(
@@ -152,13 +149,13 @@ def _start_pool_threads(sender, **kwargs) -> None:
     waited there a fifth of a second before its first steps began. A thread costs about 20 kB.
     """
     executor = getattr(sender.pool, "executor", None)
-    if not isinstance(executor, ThreadPoolExecutor) or not sender.pool.limit:
+    if not isinstance(executor, ThreadPoolExecutor):
         return
-    started = threading.Barrier(sender.pool.limit + 1, timeout=POOL_START_SECONDS)
-    for _ in range(sender.pool.limit):
-        executor.submit(started.wait)
-    with contextlib.suppress(threading.BrokenBarrierError):  # Then the rest start as needed.
-        started.wait()
+    # Each submit finds every started thread waiting, none idle, so it starts one more.
+    waiting = threading.Event()
+    for _ in range(sender.pool.limit or 0):
+        executor.submit(waiting.wait)
+    waiting.set()
 
 
 def _threads_to_spare(task_id: str) -> bool:

@@ -2,10 +2,10 @@
 
 Recording takes no lock: it checks that the sessions exist and inserts, so a step commit that
 holds its session's row lock can record its usage in the same transaction (and, saying that it
-holds it, skip the check: one statement). A rollup runs two
-queries whatever the number of entries: one that checks the session exists and sums its
-descendants' tokens (a recursive walk down `parent_session_id`), and one GROUP BY over the
-session's own entries that `rules.rollup` folds into the reference shape.
+holds it, skip the check: one statement). A rollup runs two queries whatever the number of
+entries: one that checks the session exists and sums its descendants' tokens (a recursive walk
+down `parent_session_id`), and one GROUP BY over the session's own entries that `rules.rollup`
+folds into the reference shape.
 """
 
 import functools
