@@ -205,7 +205,8 @@ class Ending:
         changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         # The writer is held from before the transaction begins (see `BatchedWriter.held`).
         # No savepoint when the run's end or suspension holds the transaction: all or nothing.
-        # Pipelined: the commit's writes go to the database together, not one round trip each.
+        # Pipelined here too, not only in the store's commit: the usage rows then reach the
+        # database with the commit's writes, in one round trip.
         with (
             writer.held(),
             tracing.span("commit", status=status.value),
