@@ -12,7 +12,10 @@ steps per second: every step waiting on its model at the same time. Reported bes
 - the overhead per step, its wall time less the model's second (checkpoint to checkpoint);
 - how long a chunk takes to reach a WebSocket client: the first delta of each step, and all;
 - the most database connections open at once, against what the pools allow;
-- the workers' resident memory, and what one step in flight adds to it.
+- the workers' resident memory, and what one step in flight adds to it;
+- how long the N starts took, and the CPU time a step cost: the workers', Daphne's, this
+  process's (its starts and clients) and the whole machine's, against the same at saturation.
+  The ratio of steps/s to saturation follows the ratio of the whole machine's CPU per step.
 
 Then fairness: one worker with few threads runs a run of 1,000 quick steps and, started just
 after it, 100 one-step runs; the time each short run takes is compared with the same runs on
@@ -23,6 +26,7 @@ holds a thread before its next step goes to the back of the queue.
 import asyncio
 import contextlib
 import itertools
+import os
 import statistics
 import threading
 import time
@@ -88,9 +92,11 @@ def run(options: Options) -> Iterator[Table]:
     pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
     with workers(**pools) as running, daphne(env) as server:
         steps_per_second(owner, 1)  # Warm both workers up.
-        saturation = steps_per_second(owner, SATURATION_SESSIONS)
+        steps = SATURATION_SESSIONS * agents.STEPS_PER_RUN
+        with _CpuMeter(running, server, steps) as saturation_cpu:
+            saturation = steps_per_second(owner, SATURATION_SESSIONS)
         results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
-    yield _table(results, saturation, options)
+    yield _table(results, saturation, saturation_cpu, options)
     yield _fairness_table(owner, options)
 
 
@@ -107,6 +113,8 @@ class InFlight:
     idle_rss_kb: list[int]
     peak_rss_kb: list[int]
     resumes: int
+    starting_seconds: float
+    cpu: "_CpuMeter"
 
 
 def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) -> InFlight:
@@ -116,10 +124,11 @@ def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) 
         for _ in range(size)
     ]
     followed = session_ids[:CLIENTS]
+    cpu = _CpuMeter(running, server, size * agents.WAITER_STEPS)
     with _Sampler(running) as sampler:
         idle = sampler.rss_kb()
-        clients, elapsed = asyncio.run(
-            _run_and_follow(owner, cookie, server, session_ids, followed)
+        clients, starting, elapsed = asyncio.run(
+            _run_and_follow(owner, cookie, server, session_ids, followed, cpu)
         )
     run_ids = list(Run.objects.filter(session_id__in=session_ids).values_list("id", flat=True))
     return InFlight(
@@ -132,6 +141,8 @@ def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) 
         idle_rss_kb=idle,
         peak_rss_kb=sampler.peak_rss_kb,
         resumes=sum(client.resumed for client in clients),
+        starting_seconds=starting,
+        cpu=cpu,
     )
 
 
@@ -160,9 +171,17 @@ class _Client:
 
 
 async def _run_and_follow(
-    owner, cookie: str, server: Server, session_ids: list[str], followed: list[str]
-) -> tuple[list[_Client], float]:
-    """Connect the clients, start every run, wait for all to end; return clients and seconds."""
+    owner,
+    cookie: str,
+    server: Server,
+    session_ids: list[str],
+    followed: list[str],
+    cpu: "_CpuMeter",
+) -> tuple[list[_Client], float, float]:
+    """Connect the clients, start every run, wait for all to end; `cpu` measures the runs.
+
+    Return the clients, the seconds the starts took and the seconds until every run ended.
+    """
     clients = [_Client(server.websocket_url(s)) for s in followed]
     sockets = await asyncio.gather(
         *(connect_websocket(server, f"{client.url}?fromSequence=0", cookie) for client in clients)
@@ -170,12 +189,14 @@ async def _run_and_follow(
     following = asyncio.gather(
         *(_follow(server, cookie, s, c) for s, c in zip(sockets, clients, strict=True))
     )
-    started = time.perf_counter()
-    run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
-    await asyncio.to_thread(_wait_until_ended, run_ids)
-    elapsed = time.perf_counter() - started
+    with cpu:
+        started = time.perf_counter()
+        run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
+        starting = time.perf_counter() - started
+        await asyncio.to_thread(_wait_until_ended, run_ids)
+        elapsed = time.perf_counter() - started
     await asyncio.wait_for(following, 60)
-    return clients, elapsed
+    return clients, starting, elapsed
 
 
 async def _follow(server: Server, cookie: str, socket: Any, client: _Client) -> None:
@@ -278,6 +299,50 @@ class _Sampler:
             ]
 
 
+class _CpuMeter:
+    """The CPU time a block took, per step it ran: the workers', Daphne's, this process's, all.
+
+    Steps per second move with whatever else the machine runs (its virtual CPUs are shared);
+    the CPU a step costs moves less, so it is what tells two designs apart. The whole machine's
+    time leaves out what the hypervisor took (steal); what is neither the workers', Daphne's nor
+    this process's is mostly PostgreSQL's and Redis's.
+    """
+
+    def __init__(self, running: Workers, server: Server, steps: int) -> None:
+        self.pids = {"workers": [p.pid for p in running.processes], "Daphne": [server.pid]}
+        self.steps = steps
+
+    def __enter__(self) -> "_CpuMeter":
+        self._began = self._now()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._spent = {name: t - self._began[name] for name, t in self._now().items()}
+
+    def __str__(self) -> str:
+        parts = ", ".join(f"{name} {s * 1000 / self.steps:.1f}" for name, s in self._spent.items())
+        return f"CPU ms per step: {parts}"
+
+    def _now(self) -> dict[str, float]:
+        tick = os.sysconf("SC_CLK_TCK")
+        times = {name: sum(map(_cpu_ticks, pids)) / tick for name, pids in self.pids.items()}
+        own = os.times()
+        times["benchmark"] = own.user + own.system
+        with open("/proc/stat") as stat:
+            user, nice, system, _idle, _iowait, irq, softirq = map(
+                int, stat.readline().split()[1:8]
+            )
+        times["machine"] = (user + nice + system + irq + softirq) / tick
+        return times
+
+
+def _cpu_ticks(pid: int) -> int:
+    """Return the CPU time a process has taken, user and system, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
 def _rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as status:
         for line in status:
@@ -286,7 +351,9 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def _table(results: list[InFlight], saturation: float, options: Options) -> Table:
+def _table(
+    results: list[InFlight], saturation: float, saturation_cpu: _CpuMeter, options: Options
+) -> Table:
     rows: list[Row] = []
     notes = []
     allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
@@ -336,11 +403,12 @@ def _table(results: list[InFlight], saturation: float, options: Options) -> Tabl
             f"N={n}: workers' resident memory idle {', '.join(_mb(k) for k in result.idle_rss_kb)}"
             f", peak {', '.join(_mb(k) for k in result.peak_rss_kb)}; about {per_step_kb:.0f} kB "
             f"per step in flight; {result.steps_per_second:.1f} steps/s; "
-            f"{result.resumes} client reconnections"
+            f"{result.resumes} client reconnections; the starts took "
+            f"{result.starting_seconds:.2f} s; {result.cpu}"
         )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
-        f"{saturation:.0f} steps/s on the same workers.",
+        f"{saturation:.0f} steps/s on the same workers; {saturation_cpu}.",
         f"Connections allowed: {WORKER_PROCESSES} workers x {DATABASE_POOL} + Daphne "
         f"{DAPHNE_POOL} = {allowed}; the benchmark's own are not counted.",
         f"Workers: {WORKER_PROCESSES} processes, HELIX_WORKER_CONCURRENCY={THREADS_PER_WORKER}; "

@@ -44,6 +44,7 @@ class Server:
     """A Daphne listening on 127.0.0.1."""
 
     port: int
+    pid: int | None = None  # The Daphne process, when `daphne()` started it.
 
     @property
     def origin(self) -> str:
@@ -92,7 +93,7 @@ def daphne(env: Mapping[str, str]) -> Iterator[Server]:
             )  # fmt: skip
         try:
             _wait_until_listening(process, port, log)
-            yield Server(port)
+            yield Server(port, process.pid)
         except Exception:
             tail = log.read_text(errors="replace").splitlines()[-30:]
             print("Daphne's log ends:\n  " + "\n  ".join(tail), file=sys.stderr)
