@@ -210,6 +210,44 @@ def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_or
     assert [[message["n"] for message in got] for got in received] == [list(range(rings))] * 3
 
 
+def test_rings_queued_for_the_bells_own_loop_go_out_from_the_readers_loop_once_it_runs(
+    private_redis,
+):
+    ringing = _Bell()  # Its own: no readers' loop adopted, so it sends from a loop thread.
+    own = ringing._loop()
+    busy = threading.Event()
+    own.call_soon_threadsafe(busy.wait)  # Its loop is held up: what is rung stays queued.
+
+    def ring(numbers: range) -> None:
+        for n in numbers:
+            ringing.ring("st", {"type": notices.CHANGED, "n": n})
+
+    async def scenario():
+        readers = asyncio.get_running_loop()
+        subscription = ChannelSubscription("st")
+        await subscription.start()
+        try:
+            await asyncio.to_thread(ring, range(10))
+            ringing.adopt(readers)  # The readers' loop comes up meanwhile,
+            await asyncio.to_thread(ring, range(10, 20))
+            busy.set()  # and the own loop's sender, when it runs, hands the queue over.
+            received = await receive_notices(subscription, 20)
+            return received, ringing._sender.get_loop() is readers
+        finally:
+            busy.set()
+            await subscription.close()
+
+    layer = {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [{"address": private_redis.url}]},
+    }
+    with override_settings(CHANNEL_LAYERS={"default": layer}):
+        received, sent_from_readers_loop = async_to_sync(scenario)()
+
+    assert [message["n"] for message in received] == list(range(20))
+    assert sent_from_readers_loop
+
+
 def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog):
     async def scenario():
         subscription = ChannelSubscription("st")
