@@ -33,6 +33,19 @@ from .test_manager_conformance import text
 SLOW_POLL = 30.0
 
 
+def redis_pubsub(**host) -> dict:
+    """Return channel-layer settings for Redis pub/sub on the host these options describe."""
+    return {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [host]},
+        }
+    }
+
+
+LAYER_AWAY = redis_pubsub(address="redis://127.0.0.1:1", socket_connect_timeout=1)
+
+
 async def next_deltas(reader, timeout: float = 3.0) -> list[str]:
     events = await reader.next_events(timeout=timeout)
     return [event.chunk["delta"] for event in events if isinstance(event, ChunkEvent)]
@@ -116,14 +129,7 @@ def test_a_notice_repeating_delivered_chunks_is_ignored():
     assert async_to_sync(scenario)() == (["a", "b"], [])
 
 
-@override_settings(
-    CHANNEL_LAYERS={
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1", "socket_connect_timeout": 1}]},
-        }
-    }
-)
+@override_settings(CHANNEL_LAYERS=LAYER_AWAY)
 def test_a_ring_that_cannot_reach_the_layer_is_logged_not_raised(caplog):
     with caplog.at_level(logging.WARNING, logger="streams_app.backends.doorbell"):
         async_to_sync(send)("st", notices.changed_notice())
@@ -199,11 +205,7 @@ def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_or
             for subscription in subscriptions:
                 await subscription.close()
 
-    layer = {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [{"address": private_redis.url}]},
-    }
-    with override_settings(CHANNEL_LAYERS={"default": layer}):
+    with override_settings(CHANNEL_LAYERS=redis_pubsub(address=private_redis.url)):
         sent_in, received = async_to_sync(scenario)()
 
     assert sent_in == 1  # 30 PUBLISH commands, one after another, would take 30 reads.
@@ -237,11 +239,7 @@ def test_rings_queued_for_the_bells_own_loop_go_out_from_the_readers_loop_once_i
             busy.set()
             await subscription.close()
 
-    layer = {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-        "CONFIG": {"hosts": [{"address": private_redis.url}]},
-    }
-    with override_settings(CHANNEL_LAYERS={"default": layer}):
+    with override_settings(CHANNEL_LAYERS=redis_pubsub(address=private_redis.url)):
         received, sent_from_readers_loop = async_to_sync(scenario)()
 
     assert [message["n"] for message in received] == list(range(20))
@@ -266,14 +264,7 @@ def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog)
     assert "Could not notify readers of stream st" in caplog.text
 
 
-@override_settings(
-    CHANNEL_LAYERS={
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1", "socket_connect_timeout": 1}]},
-        }
-    }
-)
+@override_settings(CHANNEL_LAYERS=LAYER_AWAY)
 def test_rings_kept_while_the_layer_is_away_are_bounded_and_the_newest_kept():
     ringing = _Bell()  # Its own: its sender fails on each ring, the layer away.
     for n in range(MAX_QUEUED_RINGS + 1000):
