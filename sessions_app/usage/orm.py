@@ -60,8 +60,9 @@ class ORMUsageStore(UsageStore):
             # No savepoint inside a caller's transaction (the step commit): a missing session
             # is reported after the block, which then wrote nothing.
             with transaction.atomic(savepoint=False):
-                found = set(session_ids) if sessions_locked else _existing(session_ids)
-                missing = sorted(set(session_ids) - found)
+                missing = (
+                    [] if sessions_locked else sorted(set(session_ids) - _existing(session_ids))
+                )
                 if not missing:
                     _insert(rows)
         except IntegrityError:
