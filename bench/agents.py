@@ -5,10 +5,12 @@ model, every one but the last streaming a short sentence and calling one tool th
 state; the last one answers, which completes the run. The state benchmark writes the state of
 `bench-state` to its signed-in clients. The in-flight benchmark runs `bench-waiter`, whose
 model takes `MODEL_SECONDS` to stream each reply, as a real model would, over `WAITER_STEPS`
-steps; and, for fairness, `bench-marathon`, a run of `MARATHON_STEPS` quick steps, beside runs
-of `bench-once`.
+steps, and `bench-waiter-instant`, which gives the same replies at once, to tell what waiting
+costs from what the steps' shape does; and, for fairness, `bench-marathon`, a run of
+`MARATHON_STEPS` quick steps, beside runs of `bench-once`.
 """
 
+import dataclasses
 import os
 
 from pydantic import BaseModel
@@ -31,6 +33,7 @@ WAITER_AGENT_TYPE = "bench-waiter"
 WAITER_STEPS = 3
 MODEL_SECONDS = 1.0
 WAITER_DELTAS = 10  # Per reply, one every MODEL_SECONDS / WAITER_DELTAS.
+INSTANT_WAITER_AGENT_TYPE = "bench-waiter-instant"
 MARATHON_AGENT_TYPE = "bench-marathon"
 # The fairness benchmark's workers set it (smaller in its quick run).
 MARATHON_STEPS = int(os.environ.get("HELIX_MARATHON_STEPS", "1000"))
@@ -72,6 +75,11 @@ def waiter_script(request, context) -> Turn:
     )
 
 
+def instant_waiter_script(request, context) -> Turn:
+    """Give the waiter's reply at once."""
+    return dataclasses.replace(waiter_script(request, context), delay=0)
+
+
 def once_script(request, context) -> Turn:
     """Answer at once: a run of one step."""
     return Turn(text="Done at once.")
@@ -101,6 +109,13 @@ waiter = Agent(
     initial_state={"ticks": 0},
     max_steps=WAITER_STEPS,
 )
+instant_waiter = Agent(
+    name=INSTANT_WAITER_AGENT_TYPE,
+    description="Gives the waiter's replies at once, for the benchmark.",
+    tools=[TICK],
+    initial_state={"ticks": 0},
+    max_steps=WAITER_STEPS,
+)
 marathon = Agent(
     name=MARATHON_AGENT_TYPE,
     description="Takes a great many quick steps, for the benchmark.",
@@ -118,9 +133,10 @@ board = Agent(
 )
 
 once = Agent(name=ONCE_AGENT_TYPE, description="Answers in one step, for the benchmark.")
-for agent in (stepper, board, waiter, marathon, once):
+for agent in (stepper, board, waiter, instant_waiter, marathon, once):
     get_registry().register(agent)
 register_script(AGENT_TYPE, script)
 register_script(WAITER_AGENT_TYPE, waiter_script)
+register_script(INSTANT_WAITER_AGENT_TYPE, instant_waiter_script)
 register_script(MARATHON_AGENT_TYPE, marathon_script)
 register_script(ONCE_AGENT_TYPE, once_script)

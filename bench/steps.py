@@ -130,15 +130,18 @@ def _rate_metric(sessions: int) -> str:
     return f"steps/s, {sessions}"
 
 
-def steps_per_second(owner, sessions: int) -> float:
-    """Start `sessions` runs at once and return the steps per second until all have ended."""
+def steps_per_second(
+    owner, sessions: int, agent_type: str = agents.AGENT_TYPE, steps: int = agents.STEPS_PER_RUN
+) -> float:
+    """Start `sessions` runs at once and return the steps per second until all have ended.
+
+    The runs are of `agent_type`, whose runs take `steps` steps: the benchmark agent's by default.
+    """
     run_ids: list[str] = []
 
     def start() -> None:
         for _ in range(sessions):
-            started = agent_start(
-                user=owner, agent_type=agents.AGENT_TYPE, message="Check the list."
-            )
+            started = agent_start(user=owner, agent_type=agent_type, message="Check the list.")
             run_ids.append(started.run_id)
 
     def ended() -> bool:
@@ -147,7 +150,7 @@ def steps_per_second(owner, sessions: int) -> float:
             raise RuntimeError("A benchmark run failed; see the worker log.")
         return Run.Status.RUNNING not in statuses
 
-    return _timed(sessions, start, ended)
+    return _timed(sessions, start, ended, steps_per_run=steps)
 
 
 def _floorsteps_per_second(floor: FloorTables, sessions: int) -> float:
@@ -161,7 +164,13 @@ def _floorsteps_per_second(floor: FloorTables, sessions: int) -> float:
     return _timed(sessions, start, lambda: floor.done(ids) == sessions)
 
 
-def _timed(sessions: int, start: Callable[[], None], ended: Callable[[], bool]) -> float:
+def _timed(
+    sessions: int,
+    start: Callable[[], None],
+    ended: Callable[[], bool],
+    *,
+    steps_per_run: int = agents.STEPS_PER_RUN,
+) -> float:
     """Call `start`, poll `ended` until it holds, and return the steps per second."""
     started = time.perf_counter()
     start()
@@ -170,7 +179,7 @@ def _timed(sessions: int, start: Callable[[], None], ended: Callable[[], bool]) 
         if time.monotonic() > deadline:
             raise TimeoutError(f"{sessions} runs did not end within {RUN_TIMEOUT:.0f} s")
         time.sleep(0.005 if sessions == 1 else 0.02)
-    return sessions * agents.STEPS_PER_RUN / (time.perf_counter() - started)
+    return sessions * steps_per_run / (time.perf_counter() - started)
 
 
 def _raw_commit_ms(commit: Stepper, count: int) -> float:
