@@ -95,33 +95,29 @@ def marathon_script(request, context) -> Turn:
 
 TICK = Tool(name="tick", description="Check one item.", input_model=Tick, execute=tick)
 
-stepper = Agent(
-    name=AGENT_TYPE,
-    description="Takes a fixed number of steps, for the benchmark.",
-    tools=[TICK],
-    initial_state={"ticks": 0},
-    max_steps=STEPS_PER_RUN,
+
+def ticker(name: str, description: str, max_steps: int) -> Agent:
+    """Return an agent that checks items with `tick`, for at most `max_steps` steps a run."""
+    return Agent(
+        name=name,
+        description=description,
+        tools=[TICK],
+        initial_state={"ticks": 0},
+        max_steps=max_steps,
+    )
+
+
+stepper = ticker(AGENT_TYPE, "Takes a fixed number of steps, for the benchmark.", STEPS_PER_RUN)
+waiter = ticker(
+    WAITER_AGENT_TYPE, "Waits on a slow model every step, for the benchmark.", WAITER_STEPS
 )
-waiter = Agent(
-    name=WAITER_AGENT_TYPE,
-    description="Waits on a slow model every step, for the benchmark.",
-    tools=[TICK],
-    initial_state={"ticks": 0},
-    max_steps=WAITER_STEPS,
+instant_waiter = ticker(
+    INSTANT_WAITER_AGENT_TYPE,
+    "Gives the waiter's replies at once, for the benchmark.",
+    WAITER_STEPS,
 )
-instant_waiter = Agent(
-    name=INSTANT_WAITER_AGENT_TYPE,
-    description="Gives the waiter's replies at once, for the benchmark.",
-    tools=[TICK],
-    initial_state={"ticks": 0},
-    max_steps=WAITER_STEPS,
-)
-marathon = Agent(
-    name=MARATHON_AGENT_TYPE,
-    description="Takes a great many quick steps, for the benchmark.",
-    tools=[TICK],
-    initial_state={"ticks": 0},
-    max_steps=MARATHON_STEPS,
+marathon = ticker(
+    MARATHON_AGENT_TYPE, "Takes a great many quick steps, for the benchmark.", MARATHON_STEPS
 )
 
 # Its clients follow the state; only the server writes it.
