@@ -7,11 +7,17 @@ messages, the state, a checkpoint and two usage rows in one transaction that fre
 and enqueue the next hop. No Django, no validation, no model or tool, no notifications: what
 our step costs beyond this is our own overhead.
 
+The waiting floor is the same chain for steps whose model streams its reply over a while, as
+the in-flight benchmark's does: a start commits the user's message and enqueues the first hop;
+each hop appends one chunk per delta as it arrives, on its own deadline, and holds no
+connection while it waits (a thousand hops in flight share the pool).
+
 The workers import this module (`--include`); `FloorTables` creates and drops the tables.
 """
 
 import json
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -21,6 +27,7 @@ from django.db import connection
 from psycopg_pool import ConnectionPool
 
 CHUNKS_PER_STEP = 5
+DELTAS_PER_REPLY = 10  # The waiting floor's: one every tenth of the model's time.
 _TABLES = ("bench_floor_session", "bench_floor_message", "bench_floor_chunk", "bench_floor_other")
 _SCHEMA = """
 CREATE TABLE bench_floor_session (
@@ -46,6 +53,11 @@ _APPEND = (
     "WITH reserved AS (UPDATE bench_floor_session SET last_sequence = last_sequence + 1 "
     "WHERE id = %s RETURNING last_sequence) "
     "INSERT INTO bench_floor_chunk SELECT %s, last_sequence, %s FROM reserved"
+)
+_START = (
+    "WITH counted AS (UPDATE bench_floor_session SET message_count = message_count + 1 "
+    "WHERE id = %s RETURNING message_count) "
+    "INSERT INTO bench_floor_message SELECT %s, message_count, 'user', %s FROM counted"
 )
 _LOCK = "SELECT version, message_count FROM bench_floor_session WHERE id = %s FOR UPDATE"
 _MESSAGES = "INSERT INTO bench_floor_message VALUES (%s, %s, %s, %s), (%s, %s, %s, %s)"
@@ -86,6 +98,14 @@ def _connections() -> ConnectionPool:
         return _pool
 
 
+def _close_connections() -> None:
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.close()
+            _pool = None
+
+
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def floor_step(session_id: str, step: int, steps: int) -> None:
     """Run hop `step` of `steps` of the session, then enqueue the next one."""
@@ -95,12 +115,57 @@ def floor_step(session_id: str, step: int, steps: int) -> None:
         floor_step.delay(session_id, step + 1, steps)
 
 
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def floor_waiting_step(session_id: str, step: int, steps: int, model_seconds: float) -> None:
+    """Run hop `step` of `steps`, its model streaming over `model_seconds`; enqueue the next."""
+    with _connections().connection() as database:
+        state, history = _claim(database, session_id)
+    began = time.monotonic()
+    for n in range(DELTAS_PER_REPLY):
+        due = began + (n + 1) * model_seconds / DELTAS_PER_REPLY
+        time.sleep(max(0.0, due - time.monotonic()))
+        with _connections().connection() as database:
+            _append(database, session_id, step, n)
+    with _connections().connection() as database:
+        _commit(database, session_id, step, steps, state, history)
+    if step < steps:
+        floor_waiting_step.delay(session_id, step + 1, steps, model_seconds)
+
+
+def floor_start(session_id: str, steps: int, model_seconds: float) -> None:
+    """Start a waiting chain as a run starts: commit the user's message, enqueue the first hop."""
+    with _connections().connection() as database:
+        database.execute(_START, [session_id, session_id, "Take your time."])
+    floor_waiting_step.delay(session_id, 1, steps, model_seconds)
+
+
 def _hop(database: psycopg.Connection, session_id: str, step: int, steps: int) -> None:
-    (state,) = database.execute(_CLAIM, [uuid.uuid4().hex, session_id]).fetchone()
-    history = database.execute(_HISTORY, [session_id]).fetchall()
+    state, history = _claim(database, session_id)
     for n in range(CHUNKS_PER_STEP):
-        chunk = {"type": "text_delta", "step": step, "delta": f"word {n} "}
-        database.execute(_APPEND, [session_id, session_id, json.dumps(chunk)])
+        _append(database, session_id, step, n)
+    _commit(database, session_id, step, steps, state, history)
+
+
+def _claim(database: psycopg.Connection, session_id: str) -> tuple[dict, list]:
+    """Take the session's lease; return its state and its history."""
+    (state,) = database.execute(_CLAIM, [uuid.uuid4().hex, session_id]).fetchone()
+    return state, database.execute(_HISTORY, [session_id]).fetchall()
+
+
+def _append(database: psycopg.Connection, session_id: str, step: int, n: int) -> None:
+    chunk = {"type": "text_delta", "step": step, "delta": f"word {n} "}
+    database.execute(_APPEND, [session_id, session_id, json.dumps(chunk)])
+
+
+def _commit(
+    database: psycopg.Connection,
+    session_id: str,
+    step: int,
+    steps: int,
+    state: dict,
+    history: list,
+) -> None:
+    """Commit the step's messages, state, checkpoint and usage; free the lease."""
     state = {**state, "ticks": state.get("ticks", 0) + 1, "seen": len(history)}
     with database.transaction():
         version, count = database.execute(_LOCK, [session_id]).fetchone()
@@ -128,6 +193,7 @@ class FloorTables:
 
     def __exit__(self, *exc_info: Any) -> None:
         self._drop()
+        _close_connections()  # Opened here if this process started waiting chains.
 
     def new_sessions(self, count: int) -> list[str]:
         """Insert `count` fresh sessions; return their ids."""

@@ -19,7 +19,14 @@ steps per second: every step waiting on its model at the same time. Reported bes
 - the same steps given at once (`bench-waiter-instant`: 3-step runs, the same deltas and tool
   call, no wait, no clients) on the same workers. Against them, steps in flight show what
   waiting and the clients cost; against saturation, they show that too and what the waiter's
-  shorter runs and longer replies cost beside saturation's 10-step runs.
+  shorter runs and longer replies cost beside saturation's 10-step runs;
+- what the machine allows with no Helix code: the raw floor's waiting chains (`bench.floor`:
+  the same 3 steps of a model streaming 10 deltas over 1 s, each delta appended as it arrives,
+  no connection held while waiting, started from the same threads; no clients) at each N, and
+  its 10-hop chains at saturation, on workers set up as ours, after ours. Ours are held
+  against the issue's targets and, beside them, against the same ratios of what the floor
+  reaches: at N=100 80% of the floor's steps/s, from N=500 on 90% of the floor's own share of
+  its saturation.
 
 Then fairness: one worker with few threads runs a run of 1,000 quick steps and, started just
 after it, 100 one-step runs; the time each short run takes is compared with the same runs on
@@ -44,6 +51,7 @@ from django.db import connection, connections
 
 from agents_app.runs.services import agent_session_create, agent_start
 from bench import agents
+from bench.floor import FloorTables, floor_start
 from bench.harness import Options, Row, Table, percentile_ms
 from bench.live import Server, connect_websocket, daphne, follow_stream
 from bench.raw import connect
@@ -52,6 +60,7 @@ from bench.steps import (
     WORKER_APPLICATION_NAME,
     WORKER_PROCESSES,
     Workers,
+    floor_steps_per_second,
     steps_per_second,
     workers,
 )
@@ -110,19 +119,32 @@ def run(options: Options) -> Iterator[Table]:
                 steps=agents.WAITER_STEPS,
             )
         results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
-    baselines = _Baselines(saturation, saturation_cpu, at_once, at_once_cpu)
-    yield _table(results, baselines, options)
+    # The floor on workers of its own, set up alike: with ours' pools open beside its own, the
+    # connections would outgrow PostgreSQL's default `max_connections`.
+    with (
+        connect(connection.settings_dict, like_django=False) as raw,
+        FloorTables(raw) as floor,
+        workers(**pools) as running,
+    ):
+        floor_steps_per_second(floor, 1)  # Warm both workers and this process's pool up.
+        _floor_in_flight(floor, running, START_THREADS, model_seconds=0)
+        floor_saturation = floor_steps_per_second(floor, SATURATION_SESSIONS)
+        floors = [_floor_in_flight(floor, running, size) for size in sizes]
+    baselines = _Baselines(saturation, saturation_cpu, at_once, at_once_cpu, floor_saturation)
+    yield _table(results, floors, baselines, options)
     yield _fairness_table(owner, options)
 
 
 @dataclass
 class _Baselines:
-    """What the workers do with nothing to wait on: saturation, and the waiter's steps at once."""
+    """What workers do with nothing to wait on: saturation, the waiter's steps at once, and the
+    raw floor's saturation."""
 
     saturation: float
     saturation_cpu: "_CpuMeter"
     at_once: float
     at_once_cpu: "_CpuMeter"
+    floor_saturation: float  # The raw floor's 10-hop chains, as many sessions.
 
 
 @dataclass
@@ -169,6 +191,39 @@ def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) 
         starting_seconds=starting,
         cpu=cpu,
     )
+
+
+@dataclass
+class FloorInFlight:
+    """What the raw floor's waiting chains measured at one size."""
+
+    steps_per_second: float
+    starting_seconds: float
+    cpu: "_CpuMeter"
+
+
+def _floor_in_flight(
+    floor: FloorTables,
+    running: Workers,
+    size: int,
+    model_seconds: float = agents.MODEL_SECONDS,
+) -> FloorInFlight:
+    """Start `size` raw waiting chains as ours start, wait for all to end; return the figures."""
+    session_ids = floor.new_sessions(size)
+    with _CpuMeter(running, None, size * agents.WAITER_STEPS) as cpu:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=START_THREADS) as pool:
+            list(
+                pool.map(lambda s: floor_start(s, agents.WAITER_STEPS, model_seconds), session_ids)
+            )
+        starting = time.perf_counter() - started
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while floor.done(session_ids) < size:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Floor chains did not end within {RUN_TIMEOUT:.0f} s")
+            time.sleep(0.01 + size / 10_000)
+        elapsed = time.perf_counter() - started
+    return FloorInFlight(size * agents.WAITER_STEPS / elapsed, starting, cpu)
 
 
 @dataclass
@@ -325,7 +380,8 @@ class _Sampler:
 
 
 class _CpuMeter:
-    """The CPU time a block took, per step it ran: the workers', Daphne's, this process's, all.
+    """The CPU time a block took, per step it ran: the workers', Daphne's (if any), this
+    process's, all.
 
     Steps per second move with whatever else the machine runs (its virtual CPUs are shared);
     the CPU a step costs moves less, so it is what tells two designs apart. The whole machine's
@@ -333,8 +389,10 @@ class _CpuMeter:
     this process's is mostly PostgreSQL's and Redis's.
     """
 
-    def __init__(self, running: Workers, server: Server, steps: int) -> None:
-        self.pids = {"workers": [p.pid for p in running.processes], "Daphne": [server.pid]}
+    def __init__(self, running: Workers, server: Server | None, steps: int) -> None:
+        self.pids = {"workers": [p.pid for p in running.processes]}
+        if server is not None:
+            self.pids["Daphne"] = [server.pid]
         self.steps = steps
 
     def __enter__(self) -> "_CpuMeter":
@@ -376,24 +434,33 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def _table(results: list[InFlight], baselines: _Baselines, options: Options) -> Table:
+def _table(
+    results: list[InFlight], floors: list[FloorInFlight], baselines: _Baselines, options: Options
+) -> Table:
     rows: list[Row] = []
     notes = []
     allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
-    for result in results:
+    for result, floor in zip(results, floors, strict=True):
         n = result.size
         if n <= 100 or options.quick:
-            target = {"target": IDEAL_SHARE_TARGET}
-            rows.append(
+            rows += [
                 Row(
                     metric=f"N={n}: share of the ideal {n} steps/s",
                     orm=result.steps_per_second / n,
                     higher_is_better=True,
-                    **target,
-                )
-            )
+                    target=IDEAL_SHARE_TARGET,
+                ),
+                Row(
+                    metric=f"N={n}: steps/s vs the raw floor's",
+                    orm=result.steps_per_second,
+                    strict_raw=floor.steps_per_second,
+                    higher_is_better=True,
+                    target=1 / IDEAL_SHARE_TARGET,
+                    precision=0,
+                ),
+            ]
         else:
-            rows.append(
+            rows += [
                 Row(
                     metric=f"N={n}: steps/s vs saturation",
                     orm=result.steps_per_second,
@@ -402,8 +469,15 @@ def _table(results: list[InFlight], baselines: _Baselines, options: Options) -> 
                     higher_is_better=True,
                     target=1 / SATURATION_SHARE_TARGET,
                     precision=0,
-                )
-            )
+                ),
+                Row(
+                    metric=f"N={n}: share of saturation vs the raw floor's",
+                    orm=result.steps_per_second / baselines.saturation,
+                    strict_raw=floor.steps_per_second / baselines.floor_saturation,
+                    higher_is_better=True,
+                    target=1 / SATURATION_SHARE_TARGET,
+                ),
+            ]
         in_flight_per_worker = n / WORKER_PROCESSES
         per_step_kb = statistics.mean(
             (peak - idle) / in_flight_per_worker
@@ -428,7 +502,10 @@ def _table(results: list[InFlight], baselines: _Baselines, options: Options) -> 
             f", peak {', '.join(_mb(k) for k in result.peak_rss_kb)}; about {per_step_kb:.0f} kB "
             f"per step in flight; {result.steps_per_second:.1f} steps/s; "
             f"{result.resumes} client reconnections; the starts took "
-            f"{result.starting_seconds:.2f} s; {result.cpu}"
+            f"{result.starting_seconds:.2f} s; {result.cpu}. The raw floor: "
+            f"{floor.steps_per_second:.1f} steps/s ({floor.steps_per_second / n:.2f} of the "
+            f"ideal, {floor.steps_per_second / baselines.floor_saturation:.2f} of its "
+            f"saturation); its starts took {floor.starting_seconds:.2f} s; {floor.cpu}"
         )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
@@ -437,6 +514,10 @@ def _table(results: list[InFlight], baselines: _Baselines, options: Options) -> 
         f"{agents.INSTANT_WAITER_AGENT_TYPE}, the waiter's {agents.WAITER_STEPS}-step runs "
         f"without the wait): {baselines.at_once:.0f} steps/s; {baselines.at_once_cpu}. The "
         "middle ratio, these over steps in flight, is what waiting and the clients cost.",
+        f"The raw floor's saturation (bench.floor's 10-hop chains, {SATURATION_SESSIONS} "
+        f"sessions): {baselines.floor_saturation:.0f} steps/s, on workers set up as ours, "
+        "started after ours. Its waiting chains have no clients; the rows against it hold "
+        "ours to the issue's ratios of what the floor reaches.",
         f"Connections allowed: {WORKER_PROCESSES} workers x {DATABASE_POOL} + Daphne "
         f"{DAPHNE_POOL} = {allowed}; the benchmark's own are not counted.",
         f"Workers: {WORKER_PROCESSES} processes, HELIX_WORKER_CONCURRENCY={THREADS_PER_WORKER}; "

@@ -62,14 +62,14 @@ def run(options: Options) -> Iterator[Table]:
     ):
         commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
         steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
-        _floorsteps_per_second(floor, 1)
+        floor_steps_per_second(floor, 1)
         rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         floor_rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         raw_ms: list[float] = []
         for _ in range(rounds):  # Ours and the raw sides take turns, as the machine drifts.
             for sessions in CONCURRENT_SESSIONS:
                 rates[sessions].append(steps_per_second(owner, sessions))
-                floor_rates[sessions].append(_floorsteps_per_second(floor, sessions))
+                floor_rates[sessions].append(floor_steps_per_second(floor, sessions))
                 raw_ms.append(_raw_commit_ms(commit, agents.STEPS_PER_RUN * sessions))
         worker_log = _tail(running.logs)
     raw_ms.sort()
@@ -153,7 +153,7 @@ def steps_per_second(
     return _timed(sessions, start, ended, steps_per_run=steps)
 
 
-def _floorsteps_per_second(floor: FloorTables, sessions: int) -> float:
+def floor_steps_per_second(floor: FloorTables, sessions: int) -> float:
     """Start `sessions` raw floor chains at once and return their steps per second."""
     ids = floor.new_sessions(sessions)
 
