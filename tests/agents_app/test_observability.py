@@ -95,6 +95,11 @@ def test_counters_move_while_a_real_worker_runs_a_run(tmp_path, metrics_token, o
             lambda: store.get_current_run(started.session_id).status == RunStatus.COMPLETED,
             what="the run's end",
         )
+        # The step leaves the gauge just after its commit ends the run: wait for that too.
+        wait_for(
+            lambda: scrape_worker(port).get(("helix_steps_in_flight", agent)) == 0,
+            what="the step's end",
+        )
         after = scrape_worker(port)
     finally:
         worker.stop()
