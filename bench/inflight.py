@@ -62,6 +62,7 @@ from bench.steps import (
     Workers,
     floor_steps_per_second,
     steps_per_second,
+    timed,
     workers,
 )
 from bench.streams import DAPHNE_APPLICATION_NAME, daphne_env
@@ -210,20 +211,23 @@ def _floor_in_flight(
 ) -> FloorInFlight:
     """Start `size` raw waiting chains as ours start, wait for all to end; return the figures."""
     session_ids = floor.new_sessions(size)
-    with _CpuMeter(running, None, size * agents.WAITER_STEPS) as cpu:
-        started = time.perf_counter()
+    starting = 0.0
+
+    def start() -> None:
+        nonlocal starting
+        began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=START_THREADS) as pool:
             list(
                 pool.map(lambda s: floor_start(s, agents.WAITER_STEPS, model_seconds), session_ids)
             )
-        starting = time.perf_counter() - started
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while floor.done(session_ids) < size:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"Floor chains did not end within {RUN_TIMEOUT:.0f} s")
-            time.sleep(0.01 + size / 10_000)
-        elapsed = time.perf_counter() - started
-    return FloorInFlight(size * agents.WAITER_STEPS / elapsed, starting, cpu)
+        starting = time.perf_counter() - began
+
+    def ended() -> bool:
+        return floor.done(session_ids) == size
+
+    with _CpuMeter(running, None, size * agents.WAITER_STEPS) as cpu:
+        rate = timed(size, start, ended, steps_per_run=agents.WAITER_STEPS)
+    return FloorInFlight(rate, starting, cpu)
 
 
 @dataclass

@@ -150,7 +150,7 @@ def steps_per_second(
             raise RuntimeError("A benchmark run failed; see the worker log.")
         return Run.Status.RUNNING not in statuses
 
-    return _timed(sessions, start, ended, steps_per_run=steps)
+    return timed(sessions, start, ended, steps_per_run=steps)
 
 
 def floor_steps_per_second(floor: FloorTables, sessions: int) -> float:
@@ -161,10 +161,10 @@ def floor_steps_per_second(floor: FloorTables, sessions: int) -> float:
         for session_id in ids:
             floor_step.delay(session_id, 1, agents.STEPS_PER_RUN)
 
-    return _timed(sessions, start, lambda: floor.done(ids) == sessions)
+    return timed(sessions, start, lambda: floor.done(ids) == sessions)
 
 
-def _timed(
+def timed(
     sessions: int,
     start: Callable[[], None],
     ended: Callable[[], bool],
