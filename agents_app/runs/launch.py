@@ -60,7 +60,8 @@ def concurrency_policy() -> ConcurrencyPolicy:
 def begin_run(
     state: SessionState, run_id: str, messages: list[Message], *, branch_from: str | None = None
 ) -> StartedRun:
-    """Record the run, commit its input and a checkpoint, and enqueue its first step.
+    """Record the run, drop the interrupt flag `state` shows, commit the run's input and a
+    checkpoint, and enqueue its first step.
 
     The checkpoint is the point `retry` goes back to when the run's first step is dropped.
     The run's metadata keeps `fromSequence`, the stream's last sequence before the run's chunks,
@@ -73,7 +74,8 @@ def begin_run(
         metadata["branchFrom"] = branch_from
     metadata |= tracing.run_started(state.session_id, run_id, state.agent_type)
     store.create_run(state.session_id, run_id, metadata=metadata)
-    store.clear_interrupt_flag(state.session_id)
+    if state.interrupt_flag is not None:  # A flag raised after `state` was read is the new run's.
+        store.clear_interrupt_flag(state.session_id)
     store.save_state_and_promote_staging(
         state.session_id,
         replace(state, status=SessionStatus.ACTIVE, error=None, failure_reason=None),

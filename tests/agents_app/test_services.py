@@ -129,6 +129,27 @@ def test_a_start_without_a_hook_reads_the_session_once_and_no_execution_state(ow
     assert get_session_store().get_current_run(session_id).run_id == started.run_id
 
 
+def test_a_start_drops_the_interrupt_flag_it_read_and_no_flag_it_did_not(owner):
+    """A flag left from the run before must not stop the new run; where the session's read
+    showed none, the start does not spend a statement dropping one."""
+    store = get_session_store()
+    flagged, clean = (
+        services.agent_session_create(user=owner, agent_type="counter").session_id for _ in range(2)
+    )
+    store.set_interrupt_flag(flagged, "Raised as the last run ended.")
+
+    for session_id in (flagged, clean):
+        with sent_statements() as sent:
+            services.agent_start(
+                user=owner, agent_type="counter", message="add 1", session_id=session_id
+            )
+        drops = sent.count(statements(connection.vendor).clear_interrupt_flag)
+        assert drops == (1 if session_id == flagged else 0)
+
+    assert store.check_interrupt_flag(flagged) is None
+    assert store.check_interrupt_flag(clean) is None
+
+
 def test_a_start_reads_the_session_again_after_its_before_start_hook(owner, hooked):
     """The hook may change the session (it may interrupt its run): the start's transaction
     reads it afresh."""

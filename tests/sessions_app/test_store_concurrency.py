@@ -202,6 +202,24 @@ def test_two_sweeps_at_once_reap_each_session_exactly_once(store):
     assert store.list_sessions(status=SessionStatus.FAILED, limit=100).total == 40
 
 
+def test_runs_created_at_once_on_one_session_take_its_next_turns(store, session_id):
+    """Each creation reads the session's last turn only once it holds the session: one that
+    read it before (while the others' transactions held the session) would take a turn
+    already taken."""
+    writers = 6
+
+    def create(writer: int) -> int:
+        with transaction.atomic():
+            turn = store.create_run(session_id, f"run-{writer}").turn
+            time.sleep(0.02)  # Hold the session while the others wait for it.
+        return turn
+
+    turns = run_in_threads(writers, create)
+
+    assert sorted(turns) == list(range(1, writers + 1)), turns
+    assert [run.turn for run in store.list_runs(session_id)] == list(range(1, writers + 1))
+
+
 def test_a_run_queued_while_the_running_run_ends_is_never_stranded(store, session_id):
     """Queuing and ending race; the run's end either takes the queued run or refuses to queue.
 
