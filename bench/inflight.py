@@ -26,7 +26,8 @@ steps per second: every step waiting on its model at the same time. Reported bes
   its 10-hop chains at saturation, on workers set up as ours, after ours. Ours are held
   against the issue's targets and, beside them, against the same ratios of what the floor
   reaches: at N=100 80% of the floor's steps/s, from N=500 on 90% of the floor's own share of
-  its saturation.
+  its saturation. No client follows the floor's chains, so at N=100 ours run a second time
+  with none either, for that row: like against like (the clients' cost shows between the two).
 
 Then fairness: one worker with few threads runs a run of 1,000 quick steps and, started just
 after it, 100 one-step runs; the time each short run takes is compared with the same runs on
@@ -120,6 +121,12 @@ def run(options: Options) -> Iterator[Table]:
                 steps=agents.WAITER_STEPS,
             )
         results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
+        # Held to the floor's steps/s, which no client follows: the same runs unfollowed.
+        unfollowed = [
+            _in_flight(owner, cookie, server, running, size, clients=0)
+            for size in sizes
+            if _against_the_ideal(size, options)
+        ]
     # The floor on workers of its own, set up alike: with ours' pools open beside its own, the
     # connections would outgrow PostgreSQL's default `max_connections`.
     with (
@@ -132,7 +139,7 @@ def run(options: Options) -> Iterator[Table]:
         floor_saturation = floor_steps_per_second(floor, SATURATION_SESSIONS)
         floors = [_floor_in_flight(floor, running, size) for size in sizes]
     baselines = _Baselines(saturation, saturation_cpu, at_once, at_once_cpu, floor_saturation)
-    yield _table(results, floors, baselines, options)
+    yield _table(results, unfollowed, floors, baselines, options)
     yield _fairness_table(owner, options)
 
 
@@ -165,13 +172,16 @@ class InFlight:
     cpu: "_CpuMeter"
 
 
-def _in_flight(owner, cookie: str, server: Server, running: Workers, size: int) -> InFlight:
-    """Start `size` waiter runs at once, follow some over WebSocket; return what was measured."""
+def _in_flight(
+    owner, cookie: str, server: Server, running: Workers, size: int, clients: int = CLIENTS
+) -> InFlight:
+    """Start `size` waiter runs at once, follow `clients` of them over WebSocket; return what
+    was measured."""
     session_ids = [
         agent_session_create(user=owner, agent_type=agents.WAITER_AGENT_TYPE).session_id
         for _ in range(size)
     ]
-    followed = session_ids[:CLIENTS]
+    followed = session_ids[:clients]
     cpu = _CpuMeter(running, server, size * agents.WAITER_STEPS)
     with _Sampler(running) as sampler:
         idle = sampler.rss_kb()
@@ -438,15 +448,25 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _against_the_ideal(size: int, options: Options) -> bool:
+    """Return whether steps/s at `size` are held to the ideal (else to saturation)."""
+    return size <= 100 or options.quick
+
+
 def _table(
-    results: list[InFlight], floors: list[FloorInFlight], baselines: _Baselines, options: Options
+    results: list[InFlight],
+    unfollowed: list[InFlight],
+    floors: list[FloorInFlight],
+    baselines: _Baselines,
+    options: Options,
 ) -> Table:
     rows: list[Row] = []
     notes = []
     allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
+    alone = {result.size: result for result in unfollowed}
     for result, floor in zip(results, floors, strict=True):
         n = result.size
-        if n <= 100 or options.quick:
+        if _against_the_ideal(n, options):
             rows += [
                 Row(
                     metric=f"N={n}: share of the ideal {n} steps/s",
@@ -455,8 +475,8 @@ def _table(
                     target=IDEAL_SHARE_TARGET,
                 ),
                 Row(
-                    metric=f"N={n}: steps/s vs the raw floor's",
-                    orm=result.steps_per_second,
+                    metric=f"N={n}: steps/s vs the raw floor's, neither followed",
+                    orm=alone[n].steps_per_second,
                     strict_raw=floor.steps_per_second,
                     higher_is_better=True,
                     target=1 / IDEAL_SHARE_TARGET,
@@ -511,6 +531,11 @@ def _table(
             f"ideal, {floor.steps_per_second / baselines.floor_saturation:.2f} of its "
             f"saturation); its starts took {floor.starting_seconds:.2f} s; {floor.cpu}"
         )
+        if n in alone:
+            notes.append(
+                f"N={n} with no client following: {alone[n].steps_per_second:.1f} steps/s; "
+                f"the starts took {alone[n].starting_seconds:.2f} s; {alone[n].cpu}"
+            )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
         f"{baselines.saturation:.0f} steps/s on the same workers; {baselines.saturation_cpu}.",
@@ -521,7 +546,8 @@ def _table(
         f"The raw floor's saturation (bench.floor's 10-hop chains, {SATURATION_SESSIONS} "
         f"sessions): {baselines.floor_saturation:.0f} steps/s, on workers set up as ours, "
         "started after ours. Its waiting chains have no clients; the rows against it hold "
-        "ours to the issue's ratios of what the floor reaches.",
+        "ours to the issue's ratios of what the floor reaches, and at the ideal's sizes ours "
+        "run a second time with no client, as the floor's, for its row.",
         f"Connections allowed: {WORKER_PROCESSES} workers x {DATABASE_POOL} + Daphne "
         f"{DAPHNE_POOL} = {allowed}; the benchmark's own are not counted.",
         f"Workers: {WORKER_PROCESSES} processes, HELIX_WORKER_CONCURRENCY={THREADS_PER_WORKER}; "
