@@ -28,6 +28,8 @@ steps per second: every step waiting on its model at the same time. Reported bes
   reaches: at N=100 80% of the floor's steps/s, from N=500 on 90% of the floor's own share of
   its saturation. No client follows the floor's chains, so at N=100 ours run a second time
   with none either, for that row: like against like (the clients' cost shows between the two).
+  The machine's speed drifts within minutes, so saturation, ours' and the floor's, is measured
+  again after each size, and each size is held to the mean of the figures around it.
 
 Then fairness: one worker with few threads runs a run of 1,000 quick steps and, started just
 after it, 100 one-step runs; the time each short run takes is compared with the same runs on
@@ -42,7 +44,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,7 +122,12 @@ def run(options: Options) -> Iterator[Table]:
                 agents.INSTANT_WAITER_AGENT_TYPE,
                 steps=agents.WAITER_STEPS,
             )
-        results = [_in_flight(owner, cookie, server, running, size) for size in sizes]
+        results, saturations = _between_saturations(
+            saturation,
+            sizes,
+            lambda size: _in_flight(owner, cookie, server, running, size),
+            lambda: steps_per_second(owner, SATURATION_SESSIONS),
+        )
         # Held to the floor's steps/s, which no client follows: the same runs unfollowed.
         unfollowed = [
             _in_flight(owner, cookie, server, running, size, clients=0)
@@ -137,22 +144,54 @@ def run(options: Options) -> Iterator[Table]:
         floor_steps_per_second(floor, 1)  # Warm both workers and this process's pool up.
         _floor_in_flight(floor, running, START_THREADS, model_seconds=0)
         floor_saturation = floor_steps_per_second(floor, SATURATION_SESSIONS)
-        floors = [_floor_in_flight(floor, running, size) for size in sizes]
-    baselines = _Baselines(saturation, saturation_cpu, at_once, at_once_cpu, floor_saturation)
+        floors, floor_saturations = _between_saturations(
+            floor_saturation,
+            sizes,
+            lambda size: _floor_in_flight(floor, running, size),
+            lambda: floor_steps_per_second(floor, SATURATION_SESSIONS),
+        )
+    baselines = _Baselines(
+        saturation, saturation_cpu, at_once, at_once_cpu, saturations, floor_saturations
+    )
     yield _table(results, unfollowed, floors, baselines, options)
     yield _fairness_table(owner, options)
 
 
+def _between_saturations[Measured](
+    first: float,
+    sizes: Sequence[int],
+    measure: Callable[[int], Measured],
+    saturate: Callable[[], float],
+) -> tuple[list[Measured], list[float]]:
+    """Measure each size, then saturation again; return what each size measured, and the
+    saturation figures: `first`, then the one after each size.
+
+    The machine's speed drifts, by half within minutes at times: a size is held to the
+    saturation measured around it (`_around`), not to one measured minutes before.
+    """
+    measured, figures = [], [first]
+    for size in sizes:
+        measured.append(measure(size))
+        figures.append(saturate())
+    return measured, figures
+
+
+def _around(figures: list[float]) -> list[float]:
+    """Return, per size, the mean of the saturation figures measured just before and after it."""
+    return [(before + after) / 2 for before, after in itertools.pairwise(figures)]
+
+
 @dataclass
 class _Baselines:
-    """What workers do with nothing to wait on: saturation, the waiter's steps at once, and the
-    raw floor's saturation."""
+    """What workers do with nothing to wait on: saturation, the waiter's steps at once, and
+    the raw floor's saturation. Saturation figures are measured first and after each size."""
 
-    saturation: float
+    saturation: float  # Ours' first, with its CPU.
     saturation_cpu: "_CpuMeter"
     at_once: float
     at_once_cpu: "_CpuMeter"
-    floor_saturation: float  # The raw floor's 10-hop chains, as many sessions.
+    saturations: list[float]
+    floor_saturations: list[float]  # The raw floor's 10-hop chains, as many sessions.
 
 
 @dataclass
@@ -464,7 +503,13 @@ def _table(
     notes = []
     allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
     alone = {result.size: result for result in unfollowed}
-    for result, floor in zip(results, floors, strict=True):
+    for result, floor, saturation, floor_saturation in zip(
+        results,
+        floors,
+        _around(baselines.saturations),
+        _around(baselines.floor_saturations),
+        strict=True,
+    ):
         n = result.size
         if _against_the_ideal(n, options):
             rows += [
@@ -489,15 +534,15 @@ def _table(
                     metric=f"N={n}: steps/s vs saturation",
                     orm=result.steps_per_second,
                     lenient_raw=baselines.at_once,
-                    strict_raw=baselines.saturation,
+                    strict_raw=saturation,
                     higher_is_better=True,
                     target=1 / SATURATION_SHARE_TARGET,
                     precision=0,
                 ),
                 Row(
                     metric=f"N={n}: share of saturation vs the raw floor's",
-                    orm=result.steps_per_second / baselines.saturation,
-                    strict_raw=floor.steps_per_second / baselines.floor_saturation,
+                    orm=result.steps_per_second / saturation,
+                    strict_raw=floor.steps_per_second / floor_saturation,
                     higher_is_better=True,
                     target=1 / SATURATION_SHARE_TARGET,
                 ),
@@ -524,12 +569,14 @@ def _table(
         notes.append(
             f"N={n}: workers' resident memory idle {', '.join(_mb(k) for k in result.idle_rss_kb)}"
             f", peak {', '.join(_mb(k) for k in result.peak_rss_kb)}; about {per_step_kb:.0f} kB "
-            f"per step in flight; {result.steps_per_second:.1f} steps/s; "
+            f"per step in flight; {result.steps_per_second:.1f} steps/s (saturation around it: "
+            f"{saturation:.0f}); "
             f"{result.resumes} client reconnections; the starts took "
             f"{result.starting_seconds:.2f} s; {result.cpu}. The raw floor: "
             f"{floor.steps_per_second:.1f} steps/s ({floor.steps_per_second / n:.2f} of the "
-            f"ideal, {floor.steps_per_second / baselines.floor_saturation:.2f} of its "
-            f"saturation); its starts took {floor.starting_seconds:.2f} s; {floor.cpu}"
+            f"ideal, {floor.steps_per_second / floor_saturation:.2f} of its "
+            f"saturation, {floor_saturation:.0f} around it); its starts took "
+            f"{floor.starting_seconds:.2f} s; {floor.cpu}"
         )
         if n in alone:
             notes.append(
@@ -538,13 +585,16 @@ def _table(
             )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
-        f"{baselines.saturation:.0f} steps/s on the same workers; {baselines.saturation_cpu}.",
+        f"{baselines.saturation:.0f} steps/s on the same workers; {baselines.saturation_cpu}. "
+        f"Then after each size: {_figures(baselines.saturations[1:])} steps/s. A size is held "
+        "to the mean of the figures just before and after it, as the floor's sizes to its own.",
         f"The same steps at once ({AT_ONCE_SESSIONS} sessions of "
         f"{agents.INSTANT_WAITER_AGENT_TYPE}, the waiter's {agents.WAITER_STEPS}-step runs "
         f"without the wait): {baselines.at_once:.0f} steps/s; {baselines.at_once_cpu}. The "
         "middle ratio, these over steps in flight, is what waiting and the clients cost.",
         f"The raw floor's saturation (bench.floor's 10-hop chains, {SATURATION_SESSIONS} "
-        f"sessions): {baselines.floor_saturation:.0f} steps/s, on workers set up as ours, "
+        f"sessions): {_figures(baselines.floor_saturations)} steps/s (first, then after each "
+        "size), on workers set up as ours, "
         "started after ours. Its waiting chains have no clients; the rows against it hold "
         "ours to the issue's ratios of what the floor reaches, and at the ideal's sizes ours "
         "run a second time with no client, as the floor's, for its row.",
@@ -607,6 +657,10 @@ def _short_runs_ms(owner, count: int) -> list[float]:
 def _quantile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
+def _figures(values: list[float]) -> str:
+    return ", ".join(f"{value:.0f}" for value in values)
 
 
 def _mb(kb: int) -> str:
