@@ -130,7 +130,7 @@ def run(options: Options) -> Iterator[Table]:
         )
         # Held to the floor's steps/s, which no client follows: the same runs unfollowed.
         unfollowed = [
-            _in_flight(owner, cookie, server, running, size, clients=0)
+            _in_flight(owner, cookie, server, running, size, followers=0)
             for size in sizes
             if _against_the_ideal(size, options)
         ]
@@ -212,15 +212,15 @@ class InFlight:
 
 
 def _in_flight(
-    owner, cookie: str, server: Server, running: Workers, size: int, clients: int = CLIENTS
+    owner, cookie: str, server: Server, running: Workers, size: int, followers: int = CLIENTS
 ) -> InFlight:
-    """Start `size` waiter runs at once, follow `clients` of them over WebSocket; return what
+    """Start `size` waiter runs at once, follow `followers` of them over WebSocket; return what
     was measured."""
     session_ids = [
         agent_session_create(user=owner, agent_type=agents.WAITER_AGENT_TYPE).session_id
         for _ in range(size)
     ]
-    followed = session_ids[:clients]
+    followed = session_ids[:followers]
     cpu = _CpuMeter(running, server, size * agents.WAITER_STEPS)
     with _Sampler(running) as sampler:
         idle = sampler.rss_kb()
