@@ -99,7 +99,8 @@ class Table:
 
     def render(self) -> str:
         """Return the table as aligned text, its notes below it."""
-        widths = [max(10, len(column) + 1) for column in self.columns]
+        widths = [max([12, *(len(row.metric) for row in self.rows)])]
+        widths += [max(10, len(column) + 1) for column in self.columns]
         lines = [self.title, self._line("metric", self.columns, ("ratio", "ratio"), widths)]
         lines[-1] += f" {'target':>8}  result"
         for row in self.rows:
@@ -128,9 +129,12 @@ class Table:
 
     @staticmethod
     def _line(metric: str, values: Sequence[str], ratios: Sequence[str], widths: list[int]) -> str:
-        """Return one aligned line: the metric, our value, then each raw value and its ratio."""
-        ours, lenient, strict = (f"{v:>{w}}" for v, w in zip(values, widths, strict=True))
-        return f"  {metric:<12} {ours} {lenient} {ratios[0]:>6} {strict} {ratios[1]:>6}"
+        """Return one aligned line: the metric, our value, then each raw value and its ratio.
+
+        `widths` are the metric's column's, then each value's.
+        """
+        ours, lenient, strict = (f"{v:>{w}}" for v, w in zip(values, widths[1:], strict=True))
+        return f"  {metric:<{widths[0]}} {ours} {lenient} {ratios[0]:>6} {strict} {ratios[1]:>6}"
 
 
 def summary(tables: Sequence[Table], machine: str) -> str:
