@@ -150,9 +150,7 @@ def run(options: Options) -> Iterator[Table]:
             lambda size: _floor_in_flight(floor, running, size),
             lambda: floor_steps_per_second(floor, SATURATION_SESSIONS),
         )
-    baselines = _Baselines(
-        saturation, saturation_cpu, at_once, at_once_cpu, saturations, floor_saturations
-    )
+    baselines = _Baselines(saturation_cpu, at_once, at_once_cpu, saturations, floor_saturations)
     yield _table(results, unfollowed, floors, baselines, options)
     yield _fairness_table(owner, options)
 
@@ -186,8 +184,7 @@ class _Baselines:
     """What workers do with nothing to wait on: saturation, the waiter's steps at once, and
     the raw floor's saturation. Saturation figures are measured first and after each size."""
 
-    saturation: float  # Ours' first, with its CPU.
-    saturation_cpu: "_CpuMeter"
+    saturation_cpu: "_CpuMeter"  # Of ours' first saturation figure.
     at_once: float
     at_once_cpu: "_CpuMeter"
     saturations: list[float]
@@ -265,10 +262,10 @@ def _floor_in_flight(
     def start() -> None:
         nonlocal starting
         began = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=START_THREADS) as pool:
-            list(
-                pool.map(lambda s: floor_start(s, agents.WAITER_STEPS, model_seconds), session_ids)
-            )
+        _from_start_threads(
+            lambda session_id: floor_start(session_id, agents.WAITER_STEPS, model_seconds),
+            session_ids,
+        )
         starting = time.perf_counter() - began
 
     def ended() -> bool:
@@ -340,7 +337,7 @@ async def _follow(server: Server, cookie: str, socket: Any, client: _Client) -> 
 
 
 def _start_all(owner, session_ids: list[str]) -> list[str]:
-    """Start a waiter run on every session from `START_THREADS` threads, as many users would."""
+    """Start a waiter run on every session; return the runs' ids."""
 
     def start(session_id: str) -> str:
         try:
@@ -353,6 +350,13 @@ def _start_all(owner, session_ids: list[str]) -> list[str]:
         finally:
             connections.close_all()
 
+    return _from_start_threads(start, session_ids)
+
+
+def _from_start_threads[Started](
+    start: Callable[[str], Started], session_ids: list[str]
+) -> list[Started]:
+    """Call `start` for every session from `START_THREADS` threads, as many users would."""
     with ThreadPoolExecutor(max_workers=START_THREADS) as pool:
         return list(pool.map(start, session_ids))
 
@@ -585,7 +589,7 @@ def _table(
             )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
-        f"{baselines.saturation:.0f} steps/s on the same workers; {baselines.saturation_cpu}. "
+        f"{baselines.saturations[0]:.0f} steps/s on the same workers; {baselines.saturation_cpu}. "
         f"Then after each size: {_figures(baselines.saturations[1:])} steps/s. A size is held "
         "to the mean of the figures just before and after it, as the floor's sizes to its own.",
         f"The same steps at once ({AT_ONCE_SESSIONS} sessions of "
