@@ -231,7 +231,7 @@ class Ending:
                 forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
                 expected_history_revision=self.history_revision,
             )
-            get_usage_store().record_entries(self._usage(reply, outcomes), sessions_locked=True)
+            get_usage_store().add_entries(self._usage(reply, outcomes), sessions_locked=True)
             if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
                 stored = AgentState(state=custom_state, version=committed.new_version)
                 transaction.on_commit(lambda: broadcast_state(self.session_id, stored))

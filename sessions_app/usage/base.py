@@ -44,6 +44,14 @@ class UsageStore(abc.ABC):
         look them up first may skip it.
         """
 
+    def add_entries(self, entries: Sequence[UsageEntry], *, sessions_locked: bool = False) -> None:
+        """Record the entries as `record_entries` does, without returning them.
+
+        A step commit records its usage so: a store that would read back what the database
+        gave the entries (their ids) may skip that, and a round trip of the commit with it.
+        """
+        self.record_entries(entries, sessions_locked=sessions_locked)
+
     @abc.abstractmethod
     def get_entries(
         self,
@@ -87,6 +95,7 @@ class UsageStore(abc.ABC):
 
     arecord_entry = async_twin(record_entry)
     arecord_entries = async_twin(record_entries)
+    aadd_entries = async_twin(add_entries)
     aget_entries = async_twin(get_entries)
     aget_rollup = async_twin(get_rollup)
     aquery_usage = async_twin(query_usage)

@@ -51,6 +51,16 @@ class ORMUsageStore(UsageStore):
     def record_entries(
         self, entries: Sequence[UsageEntry], *, sessions_locked: bool = False
     ) -> list[UsageEntry]:
+        rows = self._record(entries, sessions_locked=sessions_locked, read_back=True)
+        return [_entry(row) for row in rows]
+
+    def add_entries(self, entries: Sequence[UsageEntry], *, sessions_locked: bool = False) -> None:
+        self._record(entries, sessions_locked=sessions_locked, read_back=False)
+
+    def _record(
+        self, entries: Sequence[UsageEntry], *, sessions_locked: bool, read_back: bool
+    ) -> list[SimpleNamespace]:
+        """Insert the entries' rows, all or none; return them, with their ids if `read_back`."""
         prepared = rules.prepare_entries(entries, now=timezone.now())
         if not prepared:
             return []
@@ -64,7 +74,7 @@ class ORMUsageStore(UsageStore):
                     [] if sessions_locked else sorted(set(session_ids) - _existing(session_ids))
                 )
                 if not missing:
-                    _insert(rows)
+                    _insert(rows, read_back=read_back)
         except IntegrityError:
             if connection.in_atomic_block:  # The caller's transaction is spoilt: it fails.
                 raise
@@ -74,7 +84,7 @@ class ORMUsageStore(UsageStore):
             raise
         if missing:
             raise SessionNotFound(missing[0])
-        return [_entry(row) for row in rows]
+        return rows
 
     def get_entries(
         self,
@@ -230,17 +240,23 @@ def _existing(session_ids: Sequence[str]) -> set[str]:
         return {session_id for (session_id,) in cursor.fetchall()}
 
 
-def _insert(rows: list[SimpleNamespace]) -> None:
-    """Insert the rows in one written-out statement and set their ids."""
+def _insert(rows: list[SimpleNamespace], *, read_back: bool) -> None:
+    """Insert the rows in one written-out statement; set their ids if `read_back`.
+
+    Without it, nothing waits for the statement's result: in a pipelined step commit it goes
+    to the database with the commit's other writes.
+    """
     names = tuple(field.name for field in _INSERTED_FIELDS)
     values = []
     for row in rows:
         values += db_values(
             models.UsageEntry, names, [getattr(row, field.attname) for field in _INSERTED_FIELDS]
         )
-    returning = f" RETURNING {column(models.UsageEntry, 'id')}"
+    returning = f" RETURNING {column(models.UsageEntry, 'id')}" if read_back else ""
     with connection.cursor() as cursor:
         cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
+        if not read_back:
+            return
         ids = [row_id for (row_id,) in cursor.fetchall()]
     for row, row_id in zip(rows, ids, strict=True):  # In insertion order on both databases.
         row.id = row_id

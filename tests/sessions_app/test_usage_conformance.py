@@ -117,18 +117,26 @@ def recorded_total(usage: UsageStore) -> int:
 
 
 def test_every_method_has_an_async_twin_that_returns_the_same_result(usage, session_id):
-    names = sorted(UsageStore.__abstractmethods__ | {"record_entry"})
-    assert names == ["get_entries", "get_rollup", "query_usage", "record_entries", "record_entry"]
+    names = sorted(UsageStore.__abstractmethods__ | {"record_entry", "add_entries"})
+    assert names == [
+        "add_entries",
+        "get_entries",
+        "get_rollup",
+        "query_usage",
+        "record_entries",
+        "record_entry",
+    ]
     for name in names:
         assert inspect.iscoroutinefunction(getattr(usage, f"a{name}")), name
 
     one = async_to_sync(usage.arecord_entry)(tokens(session_id, prompt=3))
     two = async_to_sync(usage.arecord_entries)([tool(session_id), custom(session_id, "m", "n", 1)])
+    assert async_to_sync(usage.aadd_entries)([tool(session_id, "other")]) is None
 
-    assert async_to_sync(usage.aget_entries)(session_id) == [one, *two]
+    assert async_to_sync(usage.aget_entries)(session_id)[:3] == [one, *two]
     assert async_to_sync(usage.aget_rollup)(session_id) == usage.get_rollup(session_id)
     assert async_to_sync(usage.aquery_usage)(limit=2) == usage.query_usage(limit=2)
-    assert usage.get_rollup(session_id).entry_count == 3
+    assert usage.get_rollup(session_id).entry_count == 4
 
 
 # Recording
@@ -257,6 +265,48 @@ def test_entries_recorded_under_a_held_session_lock_are_stored_as_any_other(usag
 
     assert usage.get_entries(session_id) == recorded
     assert [entry.kind for entry in recorded] == [UsageKind.TOKENS, UsageKind.TOOL]
+
+
+def test_added_entries_are_stored_as_recorded_ones_are(usage, session_id):
+    entries = [tokens(session_id, prompt=3, completion=2), tool(session_id), tool(session_id, "b")]
+    with transaction.atomic():
+        usage.add_entries(entries, sessions_locked=True)
+
+    added = usage.get_entries(session_id)
+    assert [(entry.kind, entry.session_id) for entry in added] == [
+        (UsageKind.TOKENS, session_id),
+        (UsageKind.TOOL, session_id),
+        (UsageKind.TOOL, session_id),
+    ]
+    assert (added[0].tokens.prompt, added[0].tokens.total) == (3, 5)
+    assert [added[1].name, added[2].name] == ["search", "b"]
+    assert [entry.id for entry in added] == sorted({entry.id for entry in added})
+    assert usage.get_rollup(session_id).entry_count == 3
+
+
+def test_adding_for_a_missing_session_or_a_bad_entry_raises_and_writes_nothing(usage, session_id):
+    with pytest.raises(SessionNotFound):
+        usage.add_entries([tokens(session_id, prompt=1), tool("ghost")])
+    with pytest.raises(InvalidUsageEntry):
+        usage.add_entries([tokens(session_id, prompt=1), tool(session_id, duration_ms=-1)])
+
+    assert recorded_total(usage) == 0
+
+
+def test_the_orm_store_adds_entries_without_reading_back_their_ids(db):
+    sessions, usage = _orm_backends()
+    session_id = sessions.create_session("s", agent_type="assistant").session_id
+
+    with transaction.atomic():
+        AgentSession.objects.select_for_update().get(pk=session_id)  # As a step commit does.
+        with CaptureQueriesContext(connection) as queries:
+            entries = [tokens(session_id, prompt=3), tool(session_id)]
+            usage.add_entries(entries, sessions_locked=True)
+
+    (insert,) = [query["sql"] for query in queries]
+    assert insert.startswith("INSERT")
+    assert "RETURNING" not in insert.upper()
+    assert len(usage.get_entries(session_id)) == 2
 
 
 def test_the_orm_store_does_not_look_up_sessions_its_caller_holds_locked(db):
