@@ -75,13 +75,22 @@ class _Watcher:
 
     def __init__(self) -> None:
         self._watches: dict[int, StepWatch] = {}
-        self._wake = threading.Condition()
+        self._wake = threading.Condition()  # Guards the two below.
+        # When the thread looks next, or `None` while it waits for a watch.
+        self._next_look: float | None = None
         threading.Thread(target=self._run, name="helix-step-watch", daemon=True).start()
 
     def add(self, watch: StepWatch) -> None:
+        """Watch a step; wake the thread only if the step is due before it looks next.
+
+        A busy worker starts steps all the time, each due a poll later than those before it:
+        they wait for the look the thread has planned, rather than wake it to plan again.
+        """
         with self._wake:
             self._watches[id(watch)] = watch
-            self._wake.notify()
+            due = watch.looked_at + watch.poll_seconds
+            if self._next_look is None or due < self._next_look:
+                self._wake.notify()
 
     def remove(self, watch: StepWatch) -> None:
         with self._wake:
@@ -92,9 +101,11 @@ class _Watcher:
             with self._wake:
                 watches = [w for w in self._watches.values() if not w.stopped]
                 if not watches:
+                    self._next_look = None
                     self._wake.wait()
                     continue
-                pause = min(w.looked_at + w.poll_seconds for w in watches) - time.monotonic()
+                self._next_look = min(w.looked_at + w.poll_seconds for w in watches)
+                pause = self._next_look - time.monotonic()
                 if pause > 0:
                     self._wake.wait(pause)
                     continue

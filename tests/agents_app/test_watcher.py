@@ -3,9 +3,11 @@ and stops a step that is interrupted."""
 
 import threading
 import time
+import types
 
 import pytest
 
+from agents_app.runtime import watcher
 from agents_app.runtime.watcher import StepWatch
 from sessions_app.stores import get_session_store
 
@@ -73,3 +75,57 @@ def test_a_step_that_lost_its_lease_is_stopped(session_id):
     with watch(session_id, stopped) as running:
         assert stopped.wait(LEASE * 2)
     assert running.lease_lost
+
+
+def test_a_step_due_before_the_planned_look_is_looked_at_in_time(session_id):
+    store = get_session_store()
+    slow = store.create_session(agent_type="watched").session_id
+    store.acquire_lease(slow, "step", 60)
+    store.acquire_lease(session_id, "step", LEASE)
+    stopped = threading.Event()
+    slow_watch = StepWatch(
+        session_id=slow, holder="step", lease_seconds=60, poll_seconds=30, on_stop=lambda: None
+    )
+
+    with slow_watch, watch(session_id, stopped) as running:  # Due long before the slow one.
+        store.set_interrupt_flag(session_id, "enough")
+        assert stopped.wait(POLL * 10)
+    assert running.interrupted
+
+
+class CountedCondition(threading.Condition):
+    """A condition that counts its notifications."""
+
+    notified = 0
+
+    def notify(self, n: int = 1) -> None:
+        self.notified += 1
+        super().notify(n)
+
+
+def test_steps_due_after_the_planned_look_do_not_wake_the_watch(monkeypatch, session_id):
+    counted = types.SimpleNamespace(Condition=CountedCondition, Thread=threading.Thread)
+    monkeypatch.setattr(watcher, "threading", counted)
+    own = watcher._Watcher()
+
+    def started(poll: float) -> StepWatch:
+        step = StepWatch(
+            session_id=session_id,
+            holder="step",
+            lease_seconds=LEASE,
+            poll_seconds=poll,
+            on_stop=lambda: None,
+        )
+        own.add(step)
+        return step
+
+    steps = [started(30)]
+    deadline = time.monotonic() + 5
+    while own._next_look is None and time.monotonic() < deadline:  # It plans its look.
+        time.sleep(0.01)
+    steps += [started(30), started(30)]
+    assert own._wake.notified == 1
+    steps.append(started(0.01))  # Due before the look it planned.
+    assert own._wake.notified == 2
+    for step in steps:
+        own.remove(step)
