@@ -293,33 +293,41 @@ def test_adding_for_a_missing_session_or_a_bad_entry_raises_and_writes_nothing(u
     assert recorded_total(usage) == 0
 
 
-def test_the_orm_store_adds_entries_without_reading_back_their_ids(db):
+def recorded_under_a_lock(record) -> tuple[list[str], int]:
+    """Record with `record(usage, session_id)` on the ORM store while holding the session's
+    lock, as a step commit does; return the statements it sent and how many entries it stored.
+    """
     sessions, usage = _orm_backends()
     session_id = sessions.create_session("s", agent_type="assistant").session_id
-
     with transaction.atomic():
-        AgentSession.objects.select_for_update().get(pk=session_id)  # As a step commit does.
+        AgentSession.objects.select_for_update().get(pk=session_id)
         with CaptureQueriesContext(connection) as queries:
-            entries = [tokens(session_id, prompt=3), tool(session_id)]
-            usage.add_entries(entries, sessions_locked=True)
+            record(usage, session_id)
+    return [query["sql"] for query in queries], len(usage.get_entries(session_id))
 
-    (insert,) = [query["sql"] for query in queries]
+
+def test_the_orm_store_adds_entries_without_reading_back_their_ids(db):
+    statements, stored_count = recorded_under_a_lock(
+        lambda usage, session_id: usage.add_entries(
+            [tokens(session_id, prompt=3), tool(session_id)], sessions_locked=True
+        )
+    )
+
+    (insert,) = statements
     assert insert.startswith("INSERT")
     assert "RETURNING" not in insert.upper()
-    assert len(usage.get_entries(session_id)) == 2
+    assert stored_count == 2
 
 
 def test_the_orm_store_does_not_look_up_sessions_its_caller_holds_locked(db):
-    sessions, usage = _orm_backends()
-    session_id = sessions.create_session("s", agent_type="assistant").session_id
+    statements, stored_count = recorded_under_a_lock(
+        lambda usage, session_id: usage.record_entries(
+            [tokens(session_id, prompt=3)], sessions_locked=True
+        )
+    )
 
-    with transaction.atomic():
-        AgentSession.objects.select_for_update().get(pk=session_id)  # As a step commit does.
-        with CaptureQueriesContext(connection) as queries:
-            usage.record_entries([tokens(session_id, prompt=3)], sessions_locked=True)
-
-    assert [query["sql"].split()[0] for query in queries] == ["INSERT"]
-    assert len(usage.get_entries(session_id)) == 1
+    assert [sql.split()[0] for sql in statements] == ["INSERT"]
+    assert stored_count == 1
 
 
 def test_recording_for_a_missing_session_raises_and_writes_nothing(usage, session_id):
