@@ -204,13 +204,8 @@ class ORMSessionStateStore(SessionStateStore):
             created_at=now,
             updated_at=now,
         )
-        try:
-            with transaction.atomic():
-                row.save(force_insert=True)
-        except IntegrityError:
-            if self.session_exists(session_id):
-                raise SessionAlreadyExists(session_id) from None
-            raise
+        if not _insert_session(row):
+            raise SessionAlreadyExists(session_id)
         return _session_state(row)
 
     def rename_session(self, session_id: str, name: str) -> None:
@@ -1253,6 +1248,27 @@ def _write_run_status(
         row.error = error
         update_fields.append("error")
     row.save(update_fields=update_fields)
+
+
+# Every column of a session's row, as a new session's insert writes them.
+_SESSION_FIELDS = tuple(field.name for field in models.AgentSession._meta.concrete_fields)
+
+
+def _insert_session(row: models.AgentSession) -> bool:
+    """Insert a new session's row in one written-out statement; return whether it went in.
+
+    A taken id inserts nothing rather than fail: a run's start creates its session inside its
+    own transaction, which then needs no savepoint (two round trips) to stay usable.
+    """
+    meta = models.AgentSession._meta
+    values = [getattr(row, meta.get_field(name).attname) for name in _SESSION_FIELDS]
+    taken = f" ON CONFLICT ({column(models.AgentSession, 'id')}) DO NOTHING"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            insert_rows(models.AgentSession, _SESSION_FIELDS, 1, taken),
+            db_values(models.AgentSession, _SESSION_FIELDS, values),
+        )
+        return cursor.rowcount == 1
 
 
 def _write_state(session_id: str, version: int, **columns: Any) -> int:

@@ -6,7 +6,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from sessions_app import models
-from sessions_app.errors import RunAlreadyExists, RunNotFound, SessionNotFound
+from sessions_app.errors import (
+    RunAlreadyExists,
+    RunNotFound,
+    SessionAlreadyExists,
+    SessionNotFound,
+)
 from sessions_app.stores.orm import _COLUMN_NAMES, ORMSessionStateStore, _fetch_named
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
 from sessions_app.stores.types import Message, MessageRole, RunStatus
@@ -153,6 +158,21 @@ def test_creating_a_session_reads_nothing_back():
 
     assert not [q["sql"] for q in creating if q["sql"].startswith("SELECT")]
     assert created.interrupt_flag is None
+
+
+def test_a_session_created_in_a_transaction_is_one_insert_without_a_savepoint():
+    """A run's start creates its session in its own transaction; a taken id writes nothing."""
+    store = ORMSessionStateStore()
+    with transaction.atomic(), CaptureQueriesContext(connection) as creating:
+        created = store.create_session("s-1", agent_type="assistant", tags=["a"])
+
+    (insert,) = [query["sql"] for query in creating]
+    assert insert.startswith("INSERT")
+    assert store.load_state("s-1") == created
+    with CaptureQueriesContext(connection) as refusing, pytest.raises(SessionAlreadyExists):
+        store.create_session("s-1", agent_type="other")
+    assert len(refusing) == 1
+    assert store.load_state("s-1").agent_type == "assistant"
 
 
 def test_a_kept_lease_is_resumed_in_one_read():
