@@ -69,7 +69,7 @@ def run_step_task(self, session_id: str, run_id: str, step: int, errors: int = 0
         # wait half a lease to try again). Dying in between strands nothing: the run holds no
         # lease and moves no more, which is what the recovery sweep looks for.
         executor.hand_over(session_id, outcome.holder)
-        run_step_task.delay(session_id, run_id, outcome.next_step)
+        dispatch.send_step(session_id, run_id, outcome.next_step)
     if outcome.retry_after is not None:
         raise self.retry(countdown=outcome.retry_after)
 
@@ -109,7 +109,7 @@ def cleanup_expired_sessions_task() -> None:
 @shared_task
 def recover_stalled_runs_task() -> None:
     """Enqueue again the next step of every run nothing has moved for a while (beat's job)."""
-    report = recovery.recover_stalled_runs(enqueue=run_step_task.delay, fail=executor.fail_run)
+    report = recovery.recover_stalled_runs(enqueue=dispatch.send_step, fail=executor.fail_run)
     if report.recovered or report.failed:
         logger.warning(
             "Recovered %s stalled runs; failed %s stalled too often",
