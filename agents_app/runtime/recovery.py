@@ -43,7 +43,7 @@ def recover_stalled_runs(
 ) -> RecoveryReport:
     """Enqueue the next step of every stalled run again, or fail those stalled too often.
 
-    `enqueue(session_id, run_id, step)` sends a step task (the step task's `delay`);
+    `enqueue(session_id, run_id, step)` sends a step task (`dispatch.send_step`);
     `fail(session_id, run_id, step, message, failure_reason=...)` fails a run (the executor's
     `fail_run`). Both come from the caller, which keeps this module out of the runtime's loop.
     """
