@@ -41,6 +41,7 @@ from sessions_app.stores.statements import (
     execute,
     fetch_one,
     insert_rows,
+    row_db_values,
     statements,
     update_row,
 )
@@ -885,13 +886,11 @@ class ORMSessionStateStore(SessionStateStore):
         """Create a run in two statements, locking its session and inserting it (PostgreSQL)."""
         sql = statements(connection.vendor)
         fresh = models.Run(id=run_id, session_id=session_id, turn=turn, metadata=metadata)
-        meta = models.Run._meta
-        values = [getattr(fresh, meta.get_field(name).attname) for name in NEW_RUN_FIELDS]
         # No savepoint in the caller's transaction: what is refused is refused after the
         # block, which then wrote nothing.
         with transaction.atomic(savepoint=False):
             found = fetch_one(sql.lock_session, [session_id]) is not None
-            params = [*db_values(models.Run, NEW_RUN_FIELDS, values), session_id]
+            params = [*row_db_values(fresh, NEW_RUN_FIELDS), session_id]
             returned = fetch_one(sql.create_run, params) if found else None
         if not found:
             raise SessionNotFound(session_id)
@@ -1260,13 +1259,11 @@ def _insert_session(row: models.AgentSession) -> bool:
     A taken id inserts nothing rather than fail: a run's start creates its session inside its
     own transaction, which then needs no savepoint (two round trips) to stay usable.
     """
-    meta = models.AgentSession._meta
-    values = [getattr(row, meta.get_field(name).attname) for name in _SESSION_FIELDS]
     taken = f" ON CONFLICT ({column(models.AgentSession, 'id')}) DO NOTHING"
     with connection.cursor() as cursor:
         cursor.execute(
             insert_rows(models.AgentSession, _SESSION_FIELDS, 1, taken),
-            db_values(models.AgentSession, _SESSION_FIELDS, values),
+            row_db_values(row, _SESSION_FIELDS),
         )
         return cursor.rowcount == 1
 

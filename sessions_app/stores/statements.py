@@ -400,6 +400,12 @@ def update_row(model: type[Model], fields: tuple[str, ...]) -> str:
     return f"UPDATE {table(model)} SET {assignments} WHERE {key} = %s"
 
 
+def row_db_values(row: Model, fields: Sequence[str]) -> list[Any]:
+    """Return a model instance's `fields` as the ORM would send them to the database."""
+    meta = row._meta
+    return db_values(type(row), fields, [getattr(row, meta.get_field(f).attname) for f in fields])
+
+
 def db_values(model: type[Model], fields: Sequence[str], values: Sequence[Any]) -> list[Any]:
     """Return `values` of the model's `fields` as the ORM would send them to the database."""
     meta = model._meta

@@ -77,22 +77,6 @@ def test_a_step_that_lost_its_lease_is_stopped(session_id):
     assert running.lease_lost
 
 
-def test_a_step_due_before_the_planned_look_is_looked_at_in_time(session_id):
-    store = get_session_store()
-    slow = store.create_session(agent_type="watched").session_id
-    store.acquire_lease(slow, "step", 60)
-    store.acquire_lease(session_id, "step", LEASE)
-    stopped = threading.Event()
-    slow_watch = StepWatch(
-        session_id=slow, holder="step", lease_seconds=60, poll_seconds=30, on_stop=lambda: None
-    )
-
-    with slow_watch, watch(session_id, stopped) as running:  # Due long before the slow one.
-        store.set_interrupt_flag(session_id, "enough")
-        assert stopped.wait(POLL * 10)
-    assert running.interrupted
-
-
 class CountedCondition(threading.Condition):
     """A condition that counts its notifications."""
 
@@ -103,7 +87,7 @@ class CountedCondition(threading.Condition):
         super().notify(n)
 
 
-def test_steps_due_after_the_planned_look_do_not_wake_the_watch(monkeypatch, session_id):
+def test_a_starting_step_wakes_the_watch_only_if_due_before_its_next_look(monkeypatch, session_id):
     counted = types.SimpleNamespace(Condition=CountedCondition, Thread=threading.Thread)
     monkeypatch.setattr(watcher, "threading", counted)
     own = watcher._Watcher()
@@ -127,5 +111,10 @@ def test_steps_due_after_the_planned_look_do_not_wake_the_watch(monkeypatch, ses
     assert own._wake.notified == 1
     steps.append(started(0.01))  # Due before the look it planned.
     assert own._wake.notified == 2
+    began = steps[-1].looked_at
+    while steps[-1].looked_at == began and time.monotonic() < deadline:  # Looked at in time.
+        time.sleep(0.01)
+    assert steps[-1].looked_at > began
+    assert steps[0].looked_at < began  # The others are not due yet.
     for step in steps:
         own.remove(step)

@@ -169,10 +169,13 @@ def test_a_session_created_in_a_transaction_is_one_insert_without_a_savepoint():
     (insert,) = [query["sql"] for query in creating]
     assert insert.startswith("INSERT")
     assert store.load_state("s-1") == created
-    with CaptureQueriesContext(connection) as refusing, pytest.raises(SessionAlreadyExists):
-        store.create_session("s-1", agent_type="other")
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as refusing, pytest.raises(SessionAlreadyExists):
+            store.create_session("s-1", agent_type="other")
+        store.create_session("s-2", agent_type="assistant")  # The transaction goes on.
     assert len(refusing) == 1
     assert store.load_state("s-1").agent_type == "assistant"
+    assert store.session_exists("s-2")
 
 
 def test_a_kept_lease_is_resumed_in_one_read():

@@ -11,7 +11,6 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.db import transaction
 from django.utils import timezone
 
 from sessions_app.errors import (
@@ -182,18 +181,6 @@ def test_creating_a_taken_id_raises_and_leaves_the_session_alone(store):
     assert caught.value.details == {"session_id": "s-1"}
     state = store.load_state("s-1")
     assert (state.agent_type, state.tags) == ("assistant", ["original"])
-
-
-def test_a_taken_id_leaves_the_transaction_that_tried_it_usable(store):
-    store.create_session("s-1", agent_type="assistant")
-
-    with transaction.atomic():
-        with pytest.raises(SessionAlreadyExists):
-            store.create_session("s-1", agent_type="other")
-        store.create_session("s-2", agent_type="assistant")
-
-    assert store.load_state("s-1").agent_type == "assistant"
-    assert store.session_exists("s-2")
 
 
 @pytest.mark.parametrize("bad_id", ["", "x" * 256])
