@@ -12,6 +12,9 @@ the in-flight benchmark's does: a start commits the user's message and enqueues 
 each hop appends one chunk per delta as it arrives, on its own deadline, and holds no
 connection while it waits (a thousand hops in flight share the pool).
 
+`floor_run` runs every hop of a chain in one task, with no broker hop between them, as our
+steps go on within a time slice: the floor of a step that needs no hand-over.
+
 The workers import this module (`--include`); `FloorTables` creates and drops the tables.
 """
 
@@ -212,3 +215,11 @@ class FloorTables:
 
     def _drop(self) -> None:
         self.database.execute(f"DROP TABLE IF EXISTS {', '.join(_TABLES)}")
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def floor_run(session_id: str, steps: int) -> None:
+    """Run every hop of the session's chain in this one task: no broker hop between them."""
+    with _connections().connection() as database:
+        for step in range(1, steps + 1):
+            _hop(database, session_id, step, steps)

@@ -72,7 +72,9 @@ def run(options: Options, earlier: Iterable[Table] = ()) -> Iterator[Table]:
         )
         return
     yield _store_table(python, options)
-    yield _runs_table(python, options, steps.measured_rates(earlier))
+    earlier = list(earlier)
+    hop_free = steps.measured_hop_free_rates(earlier)
+    yield _runs_table(python, options, steps.measured_rates(earlier), hop_free)
 
 
 def _store_table(python: Path, options: Options) -> Table:
@@ -113,8 +115,17 @@ def _store_table(python: Path, options: Options) -> Table:
     )
 
 
-def _runs_table(python: Path, options: Options, ours: dict[int, float] | None) -> Table:
-    """Tabulate our steps per second against the peers', measuring ours unless `ours` has it."""
+def _runs_table(
+    python: Path,
+    options: Options,
+    ours: dict[int, float] | None,
+    hop_free: dict[int, float] | None,
+) -> Table:
+    """Tabulate our steps per second against the peers', measuring ours unless `ours` has it.
+
+    `hop_free` is the raw floor's with no broker hop from this run's steps benchmark, if it
+    ran: what a step's least SQL allows on this machine, beside the best peer's.
+    """
     rounds = 1 if options.quick else steps.ROUNDS
     rates = _rates(python, rounds, measure_ours=ours is None)
     median = {name: {n: statistics.median(r) for n, r in by.items()} for name, by in rates.items()}
@@ -151,6 +162,21 @@ def _runs_table(python: Path, options: Options, ours: dict[int, float] | None) -
             target=BEST_PEER_TARGET,
         )
     )
+    floor_note = []
+    if hop_free is not None:
+        rows.append(
+            Row(
+                metric=f"no-hop floor/best {most}",
+                orm=hop_free[most] / median[best][most],
+                higher_is_better=True,
+            )
+        )
+        floor_note.append(
+            f"The raw floor with no broker hop (bench.steps, this run: a step's least SQL, every "
+            f"step of a run in one task, no stream notices): {hop_free[most]:.0f} steps/s at "
+            f"{most} runs; the last row is it over the best peer's: what the machine allows a "
+            "step doing the least ours must, beside what the peer does."
+        )
     every_round = "; ".join(
         f"{name}: " + ", ".join(f"{n}: " + "/".join(f"{r:.0f}" for r in by[n]) for n in SESSIONS)
         for name, by in rates.items()
@@ -170,6 +196,7 @@ def _runs_table(python: Path, options: Options, ours: dict[int, float] | None) -
             'PostgresSaver with durability="sync". DBOS: a workflow whose model and tool calls '
             "are @DBOS.step()s. Each on its own database, emptied before each measurement.",
             f"Median of {rounds} round(s) per concurrency; every round, {every_round}.",
+            *floor_note,
         ],
         columns=(OURS, *RUN_PEERS.values()),
     )

@@ -4,7 +4,9 @@ Two worker processes consume a queue of their own on the throwaway database and 
 the benchmark agent (`bench.agents`) takes ten steps, each a Celery task that streams text,
 runs a tool and commits. Runs start through `agent_start`, as the API starts them, and a run's
 time ends when its last step has committed the run's end. The same workers run the raw floor
-(`bench.floor`): ten-hop task chains doing a step's least SQL with psycopg, timed the same way.
+(`bench.floor`): ten-hop task chains doing a step's least SQL with psycopg, timed the same way,
+and, for reference, the same ten hops run in one task each, as ours run a run's steps within a
+time slice: the floor with no broker hop.
 """
 
 import contextlib
@@ -25,7 +27,7 @@ from django.db import connection
 
 from agents_app.runs.services import agent_start
 from bench import agents
-from bench.floor import FloorTables, floor_step
+from bench.floor import FloorTables, floor_run, floor_step
 from bench.harness import Options, Row, Table
 from bench.raw import RawSessionStore, connect
 from bench.stores import Stepper
@@ -65,17 +67,20 @@ def run(options: Options) -> Iterator[Table]:
         floor_steps_per_second(floor, 1)
         rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         floor_rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
+        hop_free_rates: dict[int, list[float]] = {s: [] for s in CONCURRENT_SESSIONS}
         raw_ms: list[float] = []
         for _ in range(rounds):  # Ours and the raw sides take turns, as the machine drifts.
             for sessions in CONCURRENT_SESSIONS:
                 rates[sessions].append(steps_per_second(owner, sessions))
                 floor_rates[sessions].append(floor_steps_per_second(floor, sessions))
+                hop_free_rates[sessions].append(floor_steps_per_second(floor, sessions, hops=False))
                 raw_ms.append(_raw_commit_ms(commit, agents.STEPS_PER_RUN * sessions))
         worker_log = _tail(running.logs)
     raw_ms.sort()
     raw_commit_ms = raw_ms[len(raw_ms) // 2]
     median = {sessions: statistics.median(rates[sessions]) for sessions in rates}
     floor_median = {sessions: statistics.median(floor_rates[sessions]) for sessions in rates}
+    hop_free_median = {s: statistics.median(hop_free_rates[s]) for s in rates}
     at_one = median[1]
     rows = [
         Row(
@@ -89,15 +94,29 @@ def run(options: Options) -> Iterator[Table]:
         )
         for sessions in CONCURRENT_SESSIONS
     ]
+    rows += [
+        Row(
+            metric=_hop_free_metric(sessions),
+            orm=median[sessions],
+            strict_raw=hop_free_median[sessions],
+            higher_is_better=True,
+            precision=0,
+        )
+        for sessions in CONCURRENT_SESSIONS
+    ]
     rows.append(Row(metric="ms per step", orm=1000 / at_one, strict_raw=raw_commit_ms, precision=1))
     notes = [
         "Rows: steps per second at 1 and 50 concurrent sessions against raw commits per second "
         "on one connection and against the raw floor's, which the targets hold against; the "
-        "latency of one step of one session against one raw commit.",
+        "same against the raw floor with no broker hop (each chain's hops in one task, as ours "
+        "run a run's steps within a time slice), for reference, with no target; the latency of "
+        "one step of one session against one raw commit.",
         f"Median of {rounds} round(s) per concurrency; every round, ours: "
         + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in rates[s]) for s in rates)
         + "; raw floor: "
-        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in floor_rates[s]) for s in rates),
+        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in floor_rates[s]) for s in rates)
+        + "; with no hop: "
+        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in hop_free_rates[s]) for s in rates),
         f"Each run takes {agents.STEPS_PER_RUN} steps; {WORKER_PROCESSES} worker processes "
         "started as the Procfile starts them (a threads pool; connections from a pool).",
     ]
@@ -118,16 +137,34 @@ def bench_owner():
 
 def measured_rates(tables: Iterable[Table]) -> dict[int, float] | None:
     """Return our steps per second at each concurrency from this run's steps table, if any."""
+    rows = _rows(tables)
+    return None if rows is None else {s: rows[_rate_metric(s)].orm for s in CONCURRENT_SESSIONS}
+
+
+def measured_hop_free_rates(tables: Iterable[Table]) -> dict[int, float] | None:
+    """Return the raw floor's steps per second with no broker hop from this run's steps table."""
+    rows = _rows(tables)
+    if rows is None:
+        return None
+    return {s: rows[_hop_free_metric(s)].strict_raw for s in CONCURRENT_SESSIONS}
+
+
+def _rows(tables: Iterable[Table]) -> dict[str, Row] | None:
+    """Return the rows of this run's steps table by metric, if it has one."""
     for table in tables:
         if table.title == TITLE:
-            rates = {row.metric: row.orm for row in table.rows}
-            return {sessions: rates[_rate_metric(sessions)] for sessions in CONCURRENT_SESSIONS}
+            return {row.metric: row for row in table.rows}
     return None
 
 
 def _rate_metric(sessions: int) -> str:
     """Return the name of the row of steps per second at `sessions` concurrent sessions."""
     return f"steps/s, {sessions}"
+
+
+def _hop_free_metric(sessions: int) -> str:
+    """Return the name of the row of ours against the raw floor with no broker hop."""
+    return f"steps/s, {sessions}, vs no hop"
 
 
 def steps_per_second(
@@ -153,13 +190,20 @@ def steps_per_second(
     return timed(sessions, start, ended, steps_per_run=steps)
 
 
-def floor_steps_per_second(floor: FloorTables, sessions: int) -> float:
-    """Start `sessions` raw floor chains at once and return their steps per second."""
+def floor_steps_per_second(floor: FloorTables, sessions: int, *, hops: bool = True) -> float:
+    """Start `sessions` raw floor chains at once and return their steps per second.
+
+    Each hop is a task that enqueues the next; with `hops=False` one task runs all of its
+    chain's hops, as ours run a run's steps within a time slice.
+    """
     ids = floor.new_sessions(sessions)
 
     def start() -> None:
         for session_id in ids:
-            floor_step.delay(session_id, 1, agents.STEPS_PER_RUN)
+            if hops:
+                floor_step.delay(session_id, 1, agents.STEPS_PER_RUN)
+            else:
+                floor_run.delay(session_id, agents.STEPS_PER_RUN)
 
     return timed(sessions, start, lambda: floor.done(ids) == sessions)
 
