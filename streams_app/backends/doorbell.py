@@ -12,6 +12,11 @@ Rings queue in the process, and one task on that loop sends what is queued, in o
 worker wakes its loop once per burst of rings, not once per ring (a coroutine handed to the loop
 for each ring cost a busy worker a fifth of its time), and on Redis pub/sub a burst reaches
 Redis in one round trip (`send_groups`), not one per ring.
+
+On Redis pub/sub (unless its hosts are Sentinels) no loop is needed: a plain thread of the
+process sends each burst with a blocking Redis client, as the layer's `group_send` would
+(`RedisPublisher`). A burst then costs about half the CPU it costs through a loop and redis-py's
+asyncio client, and a worker with hundreds of steps streaming rings hundreds of bursts a second.
 """
 
 import asyncio
@@ -23,9 +28,11 @@ import os
 import threading
 from typing import Any
 
+import redis
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from channels_redis.pubsub import RedisPubSubChannelLayer
+from channels_redis.utils import _consistent_hash, decode_hosts
 from redis.exceptions import RedisError
 
 from streams_app.backends.notices import NoticeQueue
@@ -37,6 +44,11 @@ LAYER_ERRORS = (ChannelFull, RedisError, OSError)
 # Rings a process keeps while its sender cannot keep up (the layer away): past this, the oldest
 # are dropped, as the layer may drop any, and readers find their changes by polling.
 MAX_QUEUED_RINGS = 10_000
+# The blocking clients' socket timeouts unless the layer's hosts set them: a Redis that stops
+# answering holds the sender up this long per burst, not forever.
+PUBLISH_TIMEOUT = 5.0
+
+Ring = tuple[str, dict[str, Any], str]  # A group, its message, and who its members are.
 
 
 def stream_group(stream_id: str) -> str:
@@ -50,11 +62,14 @@ class _Bell:
         self._own: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()  # Guards everything below.
         self._pid = os.getpid()
-        self._queued: collections.deque[tuple[str, dict[str, Any], str]] = collections.deque(
-            maxlen=MAX_QUEUED_RINGS
-        )
+        self._queued: collections.deque[Ring] = collections.deque(maxlen=MAX_QUEUED_RINGS)
         self._sending_on: asyncio.AbstractEventLoop | None = None  # Where the sender runs.
         self._sender: asyncio.Task | None = None  # Held: the loop keeps only a weak reference.
+        # Redis pub/sub: the layer it was made for, its publisher, and the thread sending.
+        self._layer: Any = None
+        self._publisher: RedisPublisher | None = None
+        self._rung = threading.Condition(self._lock)
+        self._sending_thread: threading.Thread | None = None
 
     def adopt(self, loop: asyncio.AbstractEventLoop) -> None:
         """Send from `loop`, the loop this process's readers wait on, while it runs."""
@@ -62,22 +77,63 @@ class _Bell:
 
     def ring(self, stream_id: str, notice: dict[str, Any]) -> None:
         """Send a notice to the stream's readers without waiting for it to go out."""
-        self.ring_group(stream_group(stream_id), notice, f"readers of stream {stream_id}")
+        self.ring_streams([(stream_id, notice)])
+
+    def ring_streams(self, stream_notices: list[tuple[str, dict[str, Any]]]) -> None:
+        """Send each stream's notice to its readers, in order, without waiting."""
+        self.ring_groups(
+            [
+                (stream_group(stream_id), notice, f"readers of stream {stream_id}")
+                for stream_id, notice in stream_notices
+            ]
+        )
 
     def ring_group(self, group: str, message: dict[str, Any], receivers: str) -> None:
-        """Send a message to a channel-layer group without waiting for it to go out.
+        """Send a message to a channel-layer group without waiting for it to go out."""
+        self.ring_groups([(group, message, receivers)])
+
+    def ring_groups(self, rings: list[Ring]) -> None:
+        """Send messages to channel-layer groups without waiting for them to go out.
 
         Messages go out in the order they were rung.
         """
+        layer = get_channel_layer()
         with self._lock:
             if self._pid != os.getpid():  # A forked child has none of its parent's threads.
                 self._pid, self._own, self._sending_on = os.getpid(), None, None
+                self._sending_thread = None
                 self._queued.clear()
-            self._queued.append((group, message, receivers))
+            self._queued.extend(rings)
+            if self._publishes_to(layer):
+                self._rung.notify()
+                return
             if self._sending_on is not None and self._sending_on.is_running():
-                return  # Its sender takes this one too.
+                return  # Its sender takes these too.
             loop = self._sending_on = self._loop()
         loop.call_soon_threadsafe(self._start_sending, loop)
+
+    def _publishes_to(self, layer: Any) -> bool:
+        """Return whether this process's thread sends to `layer`, starting it if need be."""
+        if layer is not self._layer:
+            self._layer, self._publisher = layer, RedisPublisher.for_layer(layer)
+        if self._publisher is None:
+            return False
+        if self._sending_thread is None:
+            self._sending_thread = threading.Thread(
+                target=self._publish_forever, name="helix-doorbell-publisher", daemon=True
+            )
+            self._sending_thread.start()
+        return True
+
+    def _publish_forever(self) -> None:
+        """Publish what is queued, oldest first, a burst at a time, as long as the process runs."""
+        while True:
+            with self._lock:
+                while not self._queued or self._publisher is None:
+                    self._rung.wait()
+                rings, publisher = list(self._queued), self._publisher
+                self._queued.clear()
+            publisher.publish(rings)
 
     def _loop(self) -> asyncio.AbstractEventLoop:
         home = self._home
@@ -111,6 +167,66 @@ class _Bell:
             await send_groups(rings)
 
 
+class RedisPublisher:
+    """Publishes group messages to Redis as a pub/sub layer's `group_send` does, blocking.
+
+    channels_redis sends only from event loops: this takes the layer's hosts, prefix and
+    serializer, names a group's channel and picks its server as the layer does
+    (`RedisPubSubLoopLayer`), and publishes with redis-py's blocking client.
+    """
+
+    def __init__(self, layer: RedisPubSubChannelLayer, servers: list[redis.Redis]) -> None:
+        self.layer = layer
+        self.servers = servers
+        prefix = layer._args[1] if len(layer._args) > 1 else "asgi"
+        self.prefix = layer._kwargs.get("prefix", prefix)
+
+    @classmethod
+    def for_layer(cls, layer: Any) -> "RedisPublisher | None":
+        """Return a publisher for a Redis pub/sub layer; `None` for any other, or Sentinels."""
+        if not isinstance(layer, RedisPubSubChannelLayer):
+            return None
+        hosts = decode_hosts(layer._kwargs.get("hosts", layer._args[0] if layer._args else None))
+        if any("master_name" in host for host in hosts):
+            return None
+        return cls(layer, [_blocking_client(host) for host in hosts])
+
+    def publish(self, rings: list[Ring]) -> None:
+        """Publish the rings in order, in one pipeline per server; log and swallow failures."""
+        by_server: dict[int, list[tuple[str, bytes]]] = {}
+        for group, message, receivers in rings:
+            channel = f"{self.prefix}__group__{group}"
+            try:
+                body = self.layer.serialize(message)
+            except Exception:  # One bad message must not stop the rest.
+                logger.exception("Could not notify %s", receivers)
+                continue
+            server = _consistent_hash(channel, len(self.servers))
+            by_server.setdefault(server, []).append((channel, body))
+        for server, messages in by_server.items():
+            try:
+                with self.servers[server].pipeline(transaction=False) as pipe:
+                    for channel, body in messages:
+                        pipe.publish(channel, body)
+                    pipe.execute()
+            except LAYER_ERRORS:
+                logger.warning("Could not notify %d groups", len(messages), exc_info=True)
+            except Exception:  # Nothing may stop the sender: the rings after these still go.
+                logger.exception("Could not notify %d groups", len(messages))
+
+
+def _blocking_client(host: dict[str, Any]) -> redis.Redis:
+    """Return a blocking Redis client for one of a layer's decoded hosts."""
+    options = {
+        "socket_timeout": PUBLISH_TIMEOUT,
+        "socket_connect_timeout": PUBLISH_TIMEOUT,
+        **host,
+    }
+    if "address" in options:
+        return redis.Redis.from_url(options.pop("address"), **options)
+    return redis.Redis(**options)
+
+
 bell = _Bell()
 
 
@@ -130,7 +246,7 @@ async def send_group(group: str, message: dict[str, Any], receivers: str) -> Non
         logger.warning("Could not notify %s", receivers, exc_info=True)
 
 
-async def send_groups(rings: list[tuple[str, dict[str, Any], str]]) -> None:
+async def send_groups(rings: list[Ring]) -> None:
     """Send messages to channel-layer groups now, in order; log and swallow failures.
 
     Each ring is a group, its message and who its members are, for the log. On Redis pub/sub
@@ -153,9 +269,7 @@ async def send_groups(rings: list[tuple[str, dict[str, Any], str]]) -> None:
             logger.exception("Could not notify %s", receivers)
 
 
-async def _publish_together(
-    layer: RedisPubSubChannelLayer, rings: list[tuple[str, dict[str, Any], str]]
-) -> None:
+async def _publish_together(layer: RedisPubSubChannelLayer, rings: list[Ring]) -> None:
     """Publish the rings as the layer's `group_send` does, in one pipeline per Redis server.
 
     channels_redis offers no send of many messages: this takes the channel and the server its

@@ -182,6 +182,7 @@ class ORMStreamManager(StreamManager):
             )
             reserved = dict(cursor.fetchall())
         results: list[list[int] | HelixError] = []
+        rings = []
         for batch in batches:
             if batch.stream_id not in reserved:
                 results += super().append_batches([batch])
@@ -189,10 +190,10 @@ class ORMStreamManager(StreamManager):
             last = reserved[batch.stream_id]
             sequences = list(range(last - len(batch.chunks) + 1, last + 1))
             sequenced = list(zip(sequences, batch.chunks, strict=True))
-            transaction.on_commit(
-                functools.partial(bell.ring, batch.stream_id, notice_for(sequenced))
-            )
+            rings.append((batch.stream_id, notice_for(sequenced)))
             results.append(sequences)
+        if rings:  # One ring for all: the bell's lock taken, and its sender woken, once.
+            transaction.on_commit(functools.partial(bell.ring_streams, rings))
         return results
 
     def end_stream(self, stream_id: str, final_output: Any = None) -> None:

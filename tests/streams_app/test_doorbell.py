@@ -1,22 +1,27 @@
-"""Notices through the configured channel layer (in-memory here, Redis pub/sub in CI).
+"""Notices through the configured channel layer (in-memory here, Redis pub/sub in CI), and
+through layers set up for one test.
 
 Readers here poll only every 30 s, so whatever they receive sooner came by notice.
 """
 
 import asyncio
 import logging
+import re
 import threading
+import time
 
 import pytest
 import redis
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.test import override_settings
 
 from streams_app.backends import notices
 from streams_app.backends.doorbell import (
     MAX_QUEUED_RINGS,
     ChannelSubscription,
+    RedisPublisher,
     _Bell,
     bell,
     send,
@@ -24,7 +29,7 @@ from streams_app.backends.doorbell import (
     stream_group,
 )
 from streams_app.backends.orm import ORMStreamManager
-from streams_app.backends.types import ChunkEvent
+from streams_app.backends.types import ChunkBatch, ChunkEvent
 from streams_app.chunks import chunk_to_wire
 from streams_app.models import Stream, StreamChunk
 
@@ -38,6 +43,17 @@ def redis_pubsub(**host) -> dict:
     return {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [host]},
+        }
+    }
+
+
+def redis_lists(**host) -> dict:
+    """Return channel-layer settings for Redis lists (`channels_redis.core`), which send only
+    from event loops, on the host these options describe."""
+    return {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {"hosts": [host]},
         }
     }
@@ -72,6 +88,29 @@ def test_a_committed_write_wakes_readers_without_polling():
     replayed, followed = async_to_sync(scenario)()
     assert replayed == [["a"]] * 3
     assert followed == [["b"]] * 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chunks_stored_for_several_streams_in_one_batch_wake_each_streams_readers():
+    manager = ORMStreamManager(poll_interval=SLOW_POLL)
+    streams = ("one", "two", "three")
+    writers = [manager.create_writer(s, "run-1", "researcher") for s in streams]
+
+    async def scenario():
+        readers = [await manager.acreate_reader(s) for s in streams]
+        try:
+            for reader in readers:  # Nothing stored yet: each reader now waits on notices.
+                await reader.next_events(timeout=0.1)
+            await database_sync_to_async(manager.append_batches)(
+                [ChunkBatch(w.stream_id, w.to_wire([text(w.stream_id)])) for w in writers]
+            )
+            async with asyncio.timeout(3):
+                return [await next_deltas(reader) for reader in readers]
+        finally:
+            for reader in readers:
+                await reader.aclose()
+
+    assert async_to_sync(scenario)() == [[s] for s in streams]
 
 
 def store_unannounced(stream_id: str, *labels: str) -> list[tuple[int, dict]]:
@@ -170,8 +209,9 @@ def test_rings_from_many_threads_reach_readers_each_in_the_order_it_was_rung():
     assert by_thread == {t: list(range(rings)) for t in range(threads)}
 
 
+@pytest.mark.parametrize("sender", ["event loop", "plain thread"])
 def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_order(
-    private_redis,
+    private_redis, sender
 ):
     streams, rings = ("a", "b", "c"), 10
     server = redis.Redis.from_url(private_redis.url)
@@ -180,14 +220,20 @@ def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_or
         """Return how many reads of its clients' commands the server made (INFO counts one)."""
         return server.info("stats")["total_reads_processed"]
 
+    async def send_together(rings: list) -> None:
+        if sender == "event loop":
+            await send_groups(rings)
+        else:
+            await asyncio.to_thread(publisher.publish, rings)
+
     async def scenario():
         subscriptions = [ChannelSubscription(stream) for stream in streams]
         for subscription in subscriptions:
             await subscription.start()
         try:
-            await send_groups([("warm", notices.changed_notice(), "nobody")])  # Connects.
+            await send_together([("warm", notices.changed_notice(), "nobody")])  # Connects.
             before = await asyncio.to_thread(reads)
-            await send_groups(
+            await send_together(
                 [
                     (
                         stream_group(stream),
@@ -206,15 +252,63 @@ def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_or
                 await subscription.close()
 
     with override_settings(CHANNEL_LAYERS=redis_pubsub(address=private_redis.url)):
+        publisher = RedisPublisher.for_layer(get_channel_layer())
         sent_in, received = async_to_sync(scenario)()
 
     assert sent_in == 1  # 30 PUBLISH commands, one after another, would take 30 reads.
     assert [[message["n"] for message in got] for got in received] == [list(range(rings))] * 3
 
 
+def test_rings_on_redis_pub_sub_go_out_in_order_with_no_event_loop(private_redis):
+    ringing = _Bell()  # Its own: no readers' loop adopted.
+
+    def ring(numbers: range) -> None:
+        for n in numbers:
+            ringing.ring("st", {"type": notices.CHANGED, "n": n})
+
+    async def scenario():
+        subscription = ChannelSubscription("st")
+        await subscription.start()
+        try:
+            await asyncio.to_thread(ring, range(20))
+            return await receive_notices(subscription, 20)
+        finally:
+            await subscription.close()
+
+    with override_settings(CHANNEL_LAYERS=redis_pubsub(address=private_redis.url)):
+        received = async_to_sync(scenario)()
+
+    assert [message["n"] for message in received] == list(range(20))
+    assert ringing._own is None  # No loop of its own,
+    assert ringing._sender is None  # and none of another's used.
+
+
+FAILED = r"Could not notify (\d+) groups"
+
+
+@override_settings(CHANNEL_LAYERS=LAYER_AWAY)
+def test_a_ring_the_publisher_cannot_deliver_is_logged_and_the_rings_after_it_still_go(caplog):
+    ringing = _Bell()
+
+    def given_up() -> int:
+        return sum(int(n) for n in re.findall(FAILED, caplog.text))
+
+    with caplog.at_level(logging.WARNING, logger="streams_app.backends.doorbell"):
+        ringing.ring("st", notices.changed_notice())  # Returns at once: a thread sends it.
+        ringing.ring("st", notices.changed_notice())
+        deadline = time.monotonic() + 10
+        while given_up() < 2:  # Each tried and given up, the second after the first failed.
+            assert time.monotonic() < deadline, f"{given_up()} of 2 rings given up"
+            time.sleep(0.05)
+
+    assert not ringing._queued
+    assert ringing._own is None  # Sent from the publisher's thread, not from a loop.
+
+
 def test_rings_queued_for_the_bells_own_loop_go_out_from_the_readers_loop_once_it_runs(
     private_redis,
 ):
+    # Redis lists: a layer sent to from event loops only (Redis pub/sub needs none).
     ringing = _Bell()  # Its own: no readers' loop adopted, so it sends from a loop thread.
     own = ringing._loop()
     busy = threading.Event()
@@ -239,7 +333,7 @@ def test_rings_queued_for_the_bells_own_loop_go_out_from_the_readers_loop_once_i
             busy.set()
             await subscription.close()
 
-    with override_settings(CHANNEL_LAYERS=redis_pubsub(address=private_redis.url)):
+    with override_settings(CHANNEL_LAYERS=redis_lists(address=private_redis.url)):
         received, sent_from_readers_loop = async_to_sync(scenario)()
 
     assert [message["n"] for message in received] == list(range(20))
@@ -264,9 +358,9 @@ def test_a_message_the_layer_refuses_does_not_hold_up_the_rings_after_it(caplog)
     assert "Could not notify readers of stream st" in caplog.text
 
 
-@override_settings(CHANNEL_LAYERS=LAYER_AWAY)
+@override_settings(CHANNEL_LAYERS=redis_lists(address="redis://127.0.0.1:1"))
 def test_rings_kept_while_the_layer_is_away_are_bounded_and_the_newest_kept():
-    ringing = _Bell()  # Its own: its sender fails on each ring, the layer away.
+    ringing = _Bell()  # Its own: its loop's sender fails on each ring, the layer away.
     for n in range(MAX_QUEUED_RINGS + 1000):
         ringing.ring("st", {"type": notices.CHANGED, "n": n})
     kept = [message["n"] for _, message, _ in list(ringing._queued)]
