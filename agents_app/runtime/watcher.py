@@ -3,11 +3,14 @@
 One thread per process watches every step running in it, all at once: each look reads the
 interrupt flags of every step due for one in one query, and renews every lease due for renewal
 in one statement, so a worker running hundreds of steps costs the database two statements per
-look, not two per step. A step's first look comes `INTERRUPT_POLL_SECONDS` after it starts, so
-a short step costs the watch nothing; from then on its flag is read every
-`INTERRUPT_POLL_SECONDS`, so an interrupt stops a streaming model within about that long, and
-its lease is renewed every third of its time to live, so a live worker keeps it and a paused
-one loses it.
+look, not two per step. The thread looks when the first step is due, a poll
+(`INTERRUPT_POLL_SECONDS`) after its last look, and takes with it every step at least half a
+poll past its own: steps that start at scattered times fall in step, so a worker with hundreds
+of steps in flight looks a few times per poll, not once per step. A step's first look comes at
+least half a poll after it starts, so a short step costs the watch nothing; from then on its
+flag is read at least every poll, so an interrupt stops a streaming model within about that
+long, and its lease is renewed every third of its time to live, so a live worker keeps it and
+a paused one loses it.
 """
 
 import logging
@@ -63,8 +66,9 @@ class StepWatch:
         """Return whether the step must stop: interrupted, or its lease lost."""
         return self.interrupted or self.lease_lost
 
-    def due_for_look(self, now: float) -> bool:
-        return now - self.looked_at >= self.poll_seconds
+    def ready_for_look(self, now: float) -> bool:
+        """Return whether a look now may take this step: half a poll or more since its last."""
+        return now - self.looked_at >= self.poll_seconds / 2
 
     def due_for_renewal(self, now: float) -> bool:
         return now - self.renewed_at >= self.lease_seconds / 3
@@ -110,7 +114,7 @@ class _Watcher:
                     self._wake.wait(pause)
                     continue
             now = time.monotonic()
-            due = [w for w in watches if w.due_for_look(now)]
+            due = [w for w in watches if w.ready_for_look(now)]
             try:
                 self._look(due, now)
             except Exception:  # The database may be away; the next look tries again.

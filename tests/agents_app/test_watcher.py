@@ -118,3 +118,33 @@ def test_a_starting_step_wakes_the_watch_only_if_due_before_its_next_look(monkey
     assert steps[0].looked_at < began  # The others are not due yet.
     for step in steps:
         own.remove(step)
+
+
+def test_steps_past_half_a_poll_are_looked_at_with_the_first_one_due(session_id):
+    own = watcher._Watcher()
+    poll = 1.0
+
+    def started() -> StepWatch:
+        step = StepWatch(
+            session_id=session_id,
+            holder="step",
+            lease_seconds=30,
+            poll_seconds=poll,
+            on_stop=lambda: None,
+        )
+        own.add(step)
+        return step
+
+    first = started()
+    time.sleep(poll / 5)  # The second is due a fifth of a poll after the first,
+    second = started()
+    added = second.looked_at
+    deadline = time.monotonic() + 5
+    while first.looked_at < added and time.monotonic() < deadline:  # Until the first's look.
+        time.sleep(0.01)
+    time.sleep(poll / 2)  # Past when the second would have had a look of its own.
+
+    assert first.looked_at > added
+    assert second.looked_at == first.looked_at  # but was looked at with it: one look.
+    for step in (first, second):
+        own.remove(step)
