@@ -119,6 +119,14 @@ def floor_step(session_id: str, step: int, steps: int) -> None:
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True)
+def floor_run(session_id: str, steps: int) -> None:
+    """Run every hop of the session's chain in this one task: no broker hop between them."""
+    with _connections().connection() as database:
+        for step in range(1, steps + 1):
+            _hop(database, session_id, step, steps)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
 def floor_waiting_step(session_id: str, step: int, steps: int, model_seconds: float) -> None:
     """Run hop `step` of `steps`, its model streaming over `model_seconds`; enqueue the next."""
     with _connections().connection() as database:
@@ -215,11 +223,3 @@ class FloorTables:
 
     def _drop(self) -> None:
         self.database.execute(f"DROP TABLE IF EXISTS {', '.join(_TABLES)}")
-
-
-@shared_task(acks_late=True, reject_on_worker_lost=True)
-def floor_run(session_id: str, steps: int) -> None:
-    """Run every hop of the session's chain in this one task: no broker hop between them."""
-    with _connections().connection() as database:
-        for step in range(1, steps + 1):
-            _hop(database, session_id, step, steps)
