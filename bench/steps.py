@@ -111,12 +111,8 @@ def run(options: Options) -> Iterator[Table]:
         "same against the raw floor with no broker hop (each chain's hops in one task, as ours "
         "run a run's steps within a time slice), for reference, with no target; the latency of "
         "one step of one session against one raw commit.",
-        f"Median of {rounds} round(s) per concurrency; every round, ours: "
-        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in rates[s]) for s in rates)
-        + "; raw floor: "
-        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in floor_rates[s]) for s in rates)
-        + "; with no hop: "
-        + "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in hop_free_rates[s]) for s in rates),
+        f"Median of {rounds} round(s) per concurrency; every round, ours: {_every_round(rates)}"
+        f"; raw floor: {_every_round(floor_rates)}; with no hop: {_every_round(hop_free_rates)}",
         f"Each run takes {agents.STEPS_PER_RUN} steps; {WORKER_PROCESSES} worker processes "
         "started as the Procfile starts them (a threads pool; connections from a pool).",
     ]
@@ -160,6 +156,11 @@ def _rows(tables: Iterable[Table]) -> dict[str, Row] | None:
 def _rate_metric(sessions: int) -> str:
     """Return the name of the row of steps per second at `sessions` concurrent sessions."""
     return f"steps/s, {sessions}"
+
+
+def _every_round(rates: dict[int, list[float]]) -> str:
+    """Return every round's steps per second at each concurrency, for a table's notes."""
+    return "; ".join(f"{s}: " + ", ".join(f"{r:.0f}" for r in by) for s, by in rates.items())
 
 
 def _hop_free_metric(sessions: int) -> str:

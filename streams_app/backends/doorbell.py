@@ -10,13 +10,13 @@ in-process layer must be used from the loop its readers wait on), else a private
 
 Rings queue in the process, and one task on that loop sends what is queued, in order: a busy
 worker wakes its loop once per burst of rings, not once per ring (a coroutine handed to the loop
-for each ring cost a busy worker a fifth of its time), and on Redis pub/sub a burst reaches
-Redis in one round trip (`send_groups`), not one per ring.
+for each ring cost a busy worker a fifth of its time).
 
 On Redis pub/sub (unless its hosts are Sentinels) no loop is needed: a plain thread of the
-process sends each burst with a blocking Redis client, as the layer's `group_send` would
-(`RedisPublisher`). A burst then costs about half the CPU it costs through a loop and redis-py's
-asyncio client, and a worker with hundreds of steps streaming rings hundreds of bursts a second.
+process sends each burst with a blocking Redis client, as the layer's `group_send` would, in one
+round trip per server (`RedisPublisher`). A burst then costs about half the CPU it costs through
+a loop and redis-py's asyncio client, and a worker with hundreds of steps streaming rings
+hundreds of bursts a second.
 """
 
 import asyncio
@@ -249,50 +249,14 @@ async def send_group(group: str, message: dict[str, Any], receivers: str) -> Non
 async def send_groups(rings: list[Ring]) -> None:
     """Send messages to channel-layer groups now, in order; log and swallow failures.
 
-    Each ring is a group, its message and who its members are, for the log. On Redis pub/sub
-    the messages go to each Redis server in one pipeline: one round trip for all, where
-    `group_send` makes one each. A group's messages keep their order there too.
+    Each ring is a group, its message and who its members are, for the log. (On Redis pub/sub
+    the bell's `RedisPublisher` sends them instead, one pipeline per server.)
     """
-    layer = get_channel_layer()
-    if len(rings) > 1 and isinstance(layer, RedisPubSubChannelLayer):
-        try:
-            await _publish_together(layer, rings)
-        except LAYER_ERRORS:
-            logger.warning("Could not notify %d groups", len(rings), exc_info=True)
-        except Exception:  # Nothing may stop the sender: the rings after these still go.
-            logger.exception("Could not notify %d groups", len(rings))
-        return
     for group, message, receivers in rings:
         try:
             await send_group(group, message, receivers)
         except Exception:  # One bad message must not stop the rest.
             logger.exception("Could not notify %s", receivers)
-
-
-async def _publish_together(layer: RedisPubSubChannelLayer, rings: list[Ring]) -> None:
-    """Publish the rings as the layer's `group_send` does, in one pipeline per Redis server.
-
-    channels_redis offers no send of many messages: this takes the channel and the server its
-    `group_send` would (`RedisPubSubLoopLayer`), under the server connection's lock.
-    """
-    on_loop = layer._get_layer()
-    by_shard: dict[int, tuple[Any, list[tuple[str, bytes]]]] = {}
-    for group, message, receivers in rings:
-        channel = on_loop._get_group_channel_name(group)
-        try:
-            body = layer.serialize(message)
-        except Exception:  # One bad message must not stop the rest.
-            logger.exception("Could not notify %s", receivers)
-            continue
-        shard = on_loop._get_shard(channel)
-        by_shard.setdefault(id(shard), (shard, []))[1].append((channel, body))
-    for shard, messages in by_shard.values():
-        async with shard._lock:
-            shard._ensure_redis()
-            async with shard._redis.pipeline(transaction=False) as pipe:
-                for channel, body in messages:
-                    pipe.publish(channel, body)
-                await pipe.execute()
 
 
 class ChannelSubscription(Subscription):

@@ -25,7 +25,6 @@ from streams_app.backends.doorbell import (
     _Bell,
     bell,
     send,
-    send_groups,
     stream_group,
 )
 from streams_app.backends.orm import ORMStreamManager
@@ -209,9 +208,8 @@ def test_rings_from_many_threads_reach_readers_each_in_the_order_it_was_rung():
     assert by_thread == {t: list(range(rings)) for t in range(threads)}
 
 
-@pytest.mark.parametrize("sender", ["event loop", "plain thread"])
-def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_order(
-    private_redis, sender
+def test_rings_published_together_reach_redis_in_one_round_trip_and_every_group_in_order(
+    private_redis,
 ):
     streams, rings = ("a", "b", "c"), 10
     server = redis.Redis.from_url(private_redis.url)
@@ -221,10 +219,7 @@ def test_rings_sent_together_reach_redis_in_one_round_trip_and_every_group_in_or
         return server.info("stats")["total_reads_processed"]
 
     async def send_together(rings: list) -> None:
-        if sender == "event loop":
-            await send_groups(rings)
-        else:
-            await asyncio.to_thread(publisher.publish, rings)
+        await asyncio.to_thread(publisher.publish, rings)
 
     async def scenario():
         subscriptions = [ChannelSubscription(stream) for stream in streams]
