@@ -1,16 +1,19 @@
-"""The embedded broker: kombu's filesystem transport, with messages written atomically."""
+"""The brokers' transports: the embedded mode's filesystem transport, with messages written
+atomically, and the Redis transport, whose channels send their commands through one client."""
 
 import threading
 import time
 
 import pytest
-from kombu import Connection
+from django.conf import settings
+from kombu import Connection, Queue
 from kombu.transport import filesystem
 from kombu.transport.virtual import Empty
 from kombu.utils.json import dumps
 
 from agents_app import broker
 from tests.helix_project.test_settings import run_shell
+from tests.services import require
 
 
 def slow_dumps(payload) -> str:
@@ -27,17 +30,52 @@ def folders(tmp_path) -> dict:
     }
 
 
-def test_the_embedded_mode_uses_it_and_a_redis_broker_does_not(tmp_path):
+def test_each_broker_url_gets_its_transport(tmp_path):
     script = (
         "from helix_project.celery import app; "
-        "print(type(app.connection_for_write().transport).__module__)"
+        "print(type(app.connection_for_write().transport).__qualname__)"
     )
 
-    embedded = run_shell(script, tmp_path=tmp_path)
-    served = run_shell(script, tmp_path=tmp_path, REDIS_URL="redis://127.0.0.1:6379/3")
+    def transport(**env: str) -> list[str]:
+        found = run_shell(script, tmp_path=tmp_path, **env)
+        assert found.returncode == 0, found.stderr
+        return found.stdout.split()
 
-    assert embedded.stdout.split() == ["agents_app.broker"], embedded.stderr
-    assert served.stdout.split() == ["kombu.transport.redis"], served.stderr
+    assert transport() == ["Transport"]  # The embedded mode's: agents_app.broker's.
+    assert transport(REDIS_URL="redis://127.0.0.1:6379/3") == ["RedisTransport"]
+    assert transport(CELERY_BROKER_URL="rediss://127.0.0.1:6380/3") == ["RedisTransport"]
+    # Redis through Sentinels keeps kombu's transport.
+    assert transport(CELERY_BROKER_URL="sentinel://127.0.0.1:26379/3") == ["SentinelTransport"]
+
+
+def test_a_redis_channel_sends_its_commands_through_one_client_and_delivers_what_it_sends():
+    require("redis")
+    queue = Queue(f"helix-test-broker-{time.time_ns()}")
+    with Connection(settings.REDIS_URL, transport=broker.RedisTransport) as connection:
+        channel = connection.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second
+        producer = connection.Producer(channel)
+        for step in range(3):
+            producer.publish({"step": step}, routing_key=queue.name, declare=[queue])
+        # kombu drops a channel's connection pool after a connection error: a new client
+        # then serves the new pool.
+        channel._disconnect_pools()
+        with channel.conn_or_acquire() as after:
+            assert after is not first
+            assert after.connection_pool is channel.pool
+        producer.publish({"step": 3}, routing_key=queue.name, declare=[queue])
+
+        consumer = connection.SimpleQueue(queue)
+        try:
+            taken = [consumer.get(timeout=5) for _ in range(4)]
+            for message in taken:
+                message.ack()
+        finally:
+            consumer.queue.delete()
+            consumer.close()
+
+    assert [message.payload["step"] for message in taken] == [0, 1, 2, 3]
 
 
 def test_a_consumer_polling_during_a_put_never_takes_a_half_written_message(folders, monkeypatch):
