@@ -73,9 +73,8 @@ def begin_run(
     if branch_from is not None:
         metadata["branchFrom"] = branch_from
     metadata |= tracing.run_started(state.session_id, run_id, state.agent_type)
-    store.create_run(state.session_id, run_id, metadata=metadata)
-    if state.interrupt_flag is not None:  # A flag raised after `state` was read is the new run's.
-        store.clear_interrupt_flag(state.session_id)
+    # The commit locks the session until the caller's transaction ends: the run's record and
+    # the flag's drop need not lock it again.
     store.save_state_and_promote_staging(
         state.session_id,
         replace(state, status=SessionStatus.ACTIVE, error=None, failure_reason=None),
@@ -88,6 +87,9 @@ def begin_run(
         ),
         expected_version=state.version,
     )
+    store.create_run(state.session_id, run_id, metadata=metadata, session_locked=True)
+    if state.interrupt_flag is not None:  # A flag raised after `state` was read is the new run's.
+        store.clear_interrupt_flag(state.session_id)
     dispatch.step_on_commit(state.session_id, run_id, state.step_count + 1)
     return StartedRun(session_id=state.session_id, stream_id=state.stream_id, run_id=run_id)
 

@@ -537,10 +537,13 @@ class SessionStateStore(abc.ABC):
         *,
         turn: int | None = None,
         metadata: dict[str, Any] | None = None,
+        session_locked: bool = False,
     ) -> RunRecord:
         """Record a running run; without `turn`, the session's next turn (1 for the first).
 
-        Raises `RunAlreadyExists` if the run id or turn is taken.
+        Raises `RunAlreadyExists` if the run id or turn is taken. `session_locked` says that
+        the caller's transaction holds the session's lock already (it saved the session's
+        state in it): the run is recorded without taking the lock again.
         """
 
     @abc.abstractmethod

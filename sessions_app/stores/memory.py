@@ -739,6 +739,7 @@ class InMemorySessionStateStore(SessionStateStore):
         *,
         turn: int | None = None,
         metadata: dict[str, Any] | None = None,
+        session_locked: bool = False,
     ) -> RunRecord:
         run_id = rules.check_identifier("run id", generate_id() if run_id is None else run_id)
         metadata = _json(metadata or {})

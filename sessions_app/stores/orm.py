@@ -857,15 +857,17 @@ class ORMSessionStateStore(SessionStateStore):
         *,
         turn: int | None = None,
         metadata: dict[str, Any] | None = None,
+        session_locked: bool = False,
     ) -> RunRecord:
         run_id = rules.check_identifier(
             "run id", models.generate_id() if run_id is None else run_id
         )
         if statements(connection.vendor).create_run is not None:
-            return self._insert_run(session_id, run_id, turn, metadata or {})
+            return self._insert_run(session_id, run_id, turn, metadata or {}, session_locked)
         try:
             with transaction.atomic():
-                _lock(session_id, "id")
+                if not session_locked:
+                    _lock(session_id, "id")
                 if turn is None:
                     runs = models.Run.objects.filter(session_id=session_id)
                     turn = (runs.aggregate(last=Max("turn"))["last"] or 0) + 1
@@ -881,15 +883,21 @@ class ORMSessionStateStore(SessionStateStore):
         return _run(row)
 
     def _insert_run(
-        self, session_id: str, run_id: str, turn: int | None, metadata: dict[str, Any]
+        self,
+        session_id: str,
+        run_id: str,
+        turn: int | None,
+        metadata: dict[str, Any],
+        session_locked: bool,
     ) -> RunRecord:
-        """Create a run in two statements, locking its session and inserting it (PostgreSQL)."""
+        """Create a run, locking its session unless the caller holds its lock, then inserting
+        it (PostgreSQL)."""
         sql = statements(connection.vendor)
         fresh = models.Run(id=run_id, session_id=session_id, turn=turn, metadata=metadata)
         # No savepoint in the caller's transaction: what is refused is refused after the
         # block, which then wrote nothing.
         with transaction.atomic(savepoint=False):
-            found = fetch_one(sql.lock_session, [session_id]) is not None
+            found = session_locked or fetch_one(sql.lock_session, [session_id]) is not None
             params = [*row_db_values(fresh, NEW_RUN_FIELDS), session_id]
             returned = fetch_one(sql.create_run, params) if found else None
         if not found:

@@ -151,6 +151,23 @@ def test_a_start_reads_the_session_and_its_run_and_creates_a_run_in_written_out_
     assert [run.run_id for run in store.list_runs(session.pk)] == ["run-1", "run-2"]
 
 
+@pytest.mark.postgres
+def test_a_run_recorded_under_the_sessions_lock_is_one_statement():
+    """A start commits the session's state first, which locks it: its run needs no lock."""
+    store = ORMSessionStateStore()
+    session = store.create_session(agent_type="assistant")
+    store.create_run(session.session_id, "run-1")
+
+    with transaction.atomic():
+        store.save_state(session.session_id, session, expected_version=session.version)
+        with CaptureQueriesContext(connection) as recording:
+            created = store.create_run(session.session_id, "run-2", session_locked=True)
+
+    assert [query["sql"].split()[0] for query in recording] == ["INSERT"]
+    assert created == store.get_current_run(session.session_id)
+    assert created.turn == 2
+
+
 def test_creating_a_session_reads_nothing_back():
     """A new session has no interrupt flag to look for."""
     with CaptureQueriesContext(connection) as creating:
