@@ -33,7 +33,8 @@ def folders(tmp_path) -> dict:
 def test_each_broker_url_gets_its_transport(tmp_path):
     script = (
         "from helix_project.celery import app; "
-        "print(type(app.connection_for_write().transport).__qualname__)"
+        "kind = type(app.connection_for_write().transport); "
+        "print(f'{kind.__module__}.{kind.__qualname__}')"
     )
 
     def transport(**env: str) -> list[str]:
@@ -41,11 +42,13 @@ def test_each_broker_url_gets_its_transport(tmp_path):
         assert found.returncode == 0, found.stderr
         return found.stdout.split()
 
-    assert transport() == ["Transport"]  # The embedded mode's: agents_app.broker's.
-    assert transport(REDIS_URL="redis://127.0.0.1:6379/3") == ["RedisTransport"]
-    assert transport(CELERY_BROKER_URL="rediss://127.0.0.1:6380/3") == ["RedisTransport"]
+    assert transport() == ["agents_app.broker.Transport"]  # The embedded mode's filesystem.
+    redis = ["agents_app.broker.RedisTransport"]
+    assert transport(REDIS_URL="redis://127.0.0.1:6379/3") == redis
+    assert transport(CELERY_BROKER_URL="rediss://127.0.0.1:6380/3") == redis
     # Redis through Sentinels keeps kombu's transport.
-    assert transport(CELERY_BROKER_URL="sentinel://127.0.0.1:26379/3") == ["SentinelTransport"]
+    sentinels = transport(CELERY_BROKER_URL="sentinel://127.0.0.1:26379/3")
+    assert sentinels == ["kombu.transport.redis.SentinelTransport"]
 
 
 def test_a_redis_channel_sends_its_commands_through_one_client_and_delivers_what_it_sends():
