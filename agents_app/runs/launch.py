@@ -73,8 +73,8 @@ def begin_run(
     if branch_from is not None:
         metadata["branchFrom"] = branch_from
     metadata |= tracing.run_started(state.session_id, run_id, state.agent_type)
-    # The commit locks the session until the caller's transaction ends: the run's record and
-    # the flag's drop need not lock it again.
+    # The commit locks the session until the caller's transaction ends: the run is recorded
+    # under that lock, not a second one of its own.
     store.save_state_and_promote_staging(
         state.session_id,
         replace(state, status=SessionStatus.ACTIVE, error=None, failure_reason=None),

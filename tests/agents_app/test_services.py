@@ -122,9 +122,13 @@ def test_a_start_without_a_hook_reads_the_session_once_and_no_execution_state(ow
             user=owner, agent_type="counter", message="add 1", session_id=session_id
         )
 
-    assert sent.count(statements(connection.vendor).load_session) == 1
+    sql = statements(connection.vendor)
+    assert sent.count(sql.load_session) == 1
     # Is one running? Asked in the transaction only.
-    assert sent.count(statements(connection.vendor).current_run) == 1
+    assert sent.count(sql.current_run) == 1
+    # The commit's lock holds the session for the run's record too: no lock of its own.
+    assert sent.count(sql.lock_for_commit) == 1
+    assert sent.count(sql.lock_session) == 0
     assert started.session_id == session_id
     assert get_session_store().get_current_run(session_id).run_id == started.run_id
 
