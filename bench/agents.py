@@ -2,8 +2,9 @@
 
 The steps benchmark runs `bench-stepper`: each run takes `STEPS_PER_RUN` steps of the scripted
 model, every one but the last streaming a short sentence and calling one tool that writes the
-state; the last one answers, which completes the run. The state benchmark writes the state of
-`bench-state` to its signed-in clients. The in-flight benchmark runs `bench-waiter`, whose
+state (an idempotent tool: it keeps no call records, as it needs none); the last one answers,
+which completes the run. The state benchmark writes the state of `bench-state` to its signed-in
+clients. The in-flight benchmark runs `bench-waiter`, whose
 model takes `MODEL_SECONDS` to stream each reply, as a real model would, over `WAITER_STEPS`
 steps, and `bench-waiter-instant`, which gives the same replies at once, to tell what waiting
 costs from what the steps' shape does; and, for fairness, `bench-marathon`, a run of
@@ -93,7 +94,10 @@ def marathon_script(request, context) -> Turn:
     return Turn(text="Next.", tool_calls=[ScriptedToolCall(name="tick", arguments={"item": step})])
 
 
-TICK = Tool(name="tick", description="Check one item.", input_model=Tick, execute=tick)
+# Its only effects are its result and the state it writes, both committed with the step.
+TICK = Tool(
+    name="tick", description="Check one item.", input_model=Tick, execute=tick, idempotent=True
+)
 
 
 def ticker(name: str, description: str, max_steps: int) -> Agent:

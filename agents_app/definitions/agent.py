@@ -116,6 +116,12 @@ class Tool:
     an approval tool (`needs_approval=True`) runs on the server once a person approves the call,
     and a rejected call's result says so. A sub-agent tool (`sub_agent_tool`) runs another
     agent as a child session; the run suspends until the child is done.
+
+    A call runs at most once, whatever happens to its worker: it is recorded before it runs and
+    its outcome after, two writes of their own. A tool marked `idempotent` has its calls run
+    again instead when their worker dies mid-step, and keeps no such records: mark one whose
+    only effects are its result and the state it writes (both commit with the step), or whose
+    effects are safe to repeat.
     """
 
     name: str
@@ -128,6 +134,7 @@ class Tool:
     needs_approval: bool = False
     sub_agent: str | None = None
     timeout_seconds: float = DEFAULT_SUB_AGENT_TIMEOUT
+    idempotent: bool = False
 
     def __post_init__(self) -> None:
         _check_name("Tool", self.name)
@@ -147,10 +154,15 @@ class Tool:
         if self.output_model is not None:
             _check_model(f"Tool {self.name!r}: output_model", self.output_model)
         if self.client or self.sub_agent is not None:
-            if self.execute is not None or self.needs_approval or (self.client and self.sub_agent):
+            if (
+                self.execute is not None
+                or self.needs_approval
+                or self.idempotent
+                or (self.client and self.sub_agent)
+            ):
                 raise InvalidDefinition(
-                    f"Tool {self.name!r}: a client or sub-agent tool has no execute and "
-                    "needs no approval."
+                    f"Tool {self.name!r}: a client or sub-agent tool has no execute, "
+                    "needs no approval and is not idempotent (it does not run here)."
                 )
         elif not callable(self.execute):
             raise InvalidDefinition(f"Tool {self.name!r}: execute must be callable.")

@@ -228,7 +228,8 @@ class Ending:
                 expected_version=self.state.version,
                 release_lease_of=None if keep_lease else self.holder,
                 stage=changes,
-                forget_tool_calls=bool(outcomes),  # The commit holds the calls now.
+                # The commit holds the calls now: their records go.
+                forget_tool_calls=bool(self.earlier) or any(o.recorded for o in outcomes),
                 expected_history_revision=self.history_revision,
             )
             get_usage_store().add_entries(self._usage(reply, outcomes), sessions_locked=True)

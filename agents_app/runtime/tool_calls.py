@@ -8,7 +8,8 @@ A call runs at most once, whatever happens to the worker: it is recorded in the 
 before it runs and its outcome after (`begin_tool_calls`, `finish_tool_call`). An attempt that
 takes over a dead one's step is given those records (`StepScope.earlier`): a finished call's
 outcome is replayed, its state writes, metrics and custom chunks included, and a call that was
-running when its worker died is not run again; its result says it was cut off.
+running when its worker died is not run again; its result says it was cut off. A call of an
+idempotent tool (`Tool.idempotent`) keeps no records: the attempt that takes over runs it again.
 """
 
 import contextvars
@@ -108,6 +109,8 @@ class ToolOutcome:
     draft: StateDraft
     duration_ms: int
     custom_metrics: list[tuple[str, str, float]]
+    # Whether the store holds a record of the call, which the step's commit removes.
+    recorded: bool = False
 
 
 def run_tool_calls(
@@ -124,7 +127,7 @@ def run_tool_calls(
     to the stream. The calls that run are recorded first, together. A lone call runs in the
     step's own thread: there is nothing to run beside it.
     """
-    fresh = [call.id for call in calls if _runs(tools.get(call.name), call, scope)]
+    fresh = [call.id for call in calls if _recorded(tools.get(call.name), call, scope)]
     if fresh:
         get_session_store().begin_tool_calls(scope.session_id, scope.step_id, fresh)
     release_connection()  # Tools may take long: the pool lends it meanwhile, to them too.
@@ -175,9 +178,11 @@ def _run_one(
         )
     earlier = scope.earlier.get(call.id)
     if earlier is None:
-        outcome = _run_recorded(tool, call, context)
+        outcome = _run_afresh(tool, call, context)
     elif earlier.outcome is None:  # Its worker died while it ran.
-        outcome = _outcome(call, context, {"error": CUT_OFF}, is_error=True, duration_ms=0)
+        outcome = _outcome(
+            call, context, {"error": CUT_OFF}, is_error=True, duration_ms=0, recorded=True
+        )
     else:
         outcome = _replay(call, context, earlier.outcome)
     _write(
@@ -191,15 +196,21 @@ def _run_one(
     return outcome
 
 
-def _runs(tool: Tool | None, call: ToolCall, scope: StepScope) -> bool:
-    """Return whether the call runs now: a known tool, valid JSON, not begun by a dead attempt."""
-    return tool is not None and not call.invalid_arguments and call.id not in scope.earlier
+def _recorded(tool: Tool | None, call: ToolCall, scope: StepScope) -> bool:
+    """Return whether the call runs now on record: a known tool that is not idempotent, valid
+    JSON, not begun by a dead attempt."""
+    return (
+        tool is not None
+        and not tool.idempotent
+        and not call.invalid_arguments
+        and call.id not in scope.earlier
+    )
 
 
-def _run_recorded(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> ToolOutcome:
-    """Run the call, begun on record already, and record its outcome."""
+def _run_afresh(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> ToolOutcome:
+    """Run a call no earlier attempt began; record its outcome where its start is on record."""
     scope, store = context.scope, get_session_store()
-    runs = _runs(tool, call, scope)  # Else it fails before it runs.
+    recorded = _recorded(tool, call, scope)  # Else it is idempotent, or fails before it runs.
     started = time.monotonic()
     with tracing.span("tool", tool_name=call.name, tool_call_id=call.id) as span:
         result, is_error = _execute(tool, call, context)
@@ -207,8 +218,10 @@ def _run_recorded(tool: Tool | None, call: ToolCall, context: ToolCallContext) -
     elapsed = time.monotonic() - started
     metrics.TOOL_SECONDS.labels(scope.agent_type).observe(elapsed)
     duration_ms = round(elapsed * 1000)
-    outcome = _outcome(call, context, result, is_error=is_error, duration_ms=duration_ms)
-    if runs:
+    outcome = _outcome(
+        call, context, result, is_error=is_error, duration_ms=duration_ms, recorded=recorded
+    )
+    if recorded:
         store.finish_tool_call(
             scope.session_id,
             scope.step_id,
@@ -237,11 +250,18 @@ def _replay(call: ToolCall, context: ToolCallContext, recorded: dict[str, Any]) 
         recorded["result"],
         is_error=recorded["isError"],
         duration_ms=recorded["durationMs"],
+        recorded=True,
     )
 
 
 def _outcome(
-    call: ToolCall, context: ToolCallContext, result: Any, *, is_error: bool, duration_ms: int
+    call: ToolCall,
+    context: ToolCallContext,
+    result: Any,
+    *,
+    is_error: bool,
+    duration_ms: int,
+    recorded: bool = False,
 ) -> ToolOutcome:
     return ToolOutcome(
         call=call,
@@ -250,6 +270,7 @@ def _outcome(
         draft=context.state,
         duration_ms=duration_ms,
         custom_metrics=context.custom_metrics,
+        recorded=recorded,
     )
 
 

@@ -236,6 +236,8 @@ def test_client_and_approval_tools_suspend_and_a_client_tool_runs_nowhere_here()
         Tool(name="t", description="", input_model=Query, execute=find, client=True)
     with pytest.raises(InvalidDefinition, match="needs no approval"):
         Tool(name="t", description="", input_model=Query, client=True, needs_approval=True)
+    with pytest.raises(InvalidDefinition, match="is not idempotent"):
+        Tool(name="t", description="", input_model=Query, client=True, idempotent=True)
 
 
 # Agents

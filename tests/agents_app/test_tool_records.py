@@ -1,11 +1,14 @@
 """No tool call runs twice (DESIGN invariant 4): an attempt that takes over a step whose worker
-died replays the calls that finished and reports the one that was running as cut off.
+died replays the calls that finished and reports the one that was running as cut off. A call of
+an idempotent tool keeps no records and runs again.
 
 Steps run in this process (`executor.run_step`, as the task calls it); an attempt "dies" by
 raising a `BaseException` out of the step, which leaves its lease unreleased as a crash does.
 """
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from pydantic import BaseModel
 
 from agents_app.definitions.agent import Agent, Tool
@@ -14,6 +17,7 @@ from agents_app.llm.scripted import ScriptedToolCall, Turn, register_script, seq
 from agents_app.runs import services
 from agents_app.runtime import attempt, executor
 from agents_app.runtime.tool_calls import CUT_OFF
+from sessions_app.models import ToolCallRecord
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, SessionStatus
 from sessions_app.usage import get_usage_store
@@ -42,11 +46,13 @@ def pay(payment: Payment, ctx) -> dict:
     return {"paid": payment.amount}
 
 
-def payer(amount: int) -> str:
+def payer(amount: int, *, idempotent: bool = False) -> str:
     """Register (once) an agent that pays `amount`, then says it is done; return its type."""
-    name = f"payer{amount}".replace("-", "_")
+    name = f"payer{amount}{'_again' if idempotent else ''}".replace("-", "_")
     if not get_registry().has(name):
-        tool = Tool(name="pay", description="Pay.", input_model=Payment, execute=pay)
+        tool = Tool(
+            name="pay", description="Pay.", input_model=Payment, execute=pay, idempotent=idempotent
+        )
         get_registry().register(Agent(name=name, tools=[tool], initial_state={}))
         register_script(
             name,
@@ -63,8 +69,9 @@ def _no_effects():
     EFFECTS.clear()
 
 
-def start(owner, amount: int) -> tuple[str, str]:
-    started = services.agent_start(user=owner, agent_type=payer(amount), message="Pay.")
+def start(owner, amount: int, *, idempotent: bool = False) -> tuple[str, str]:
+    agent_type = payer(amount, idempotent=idempotent)
+    started = services.agent_start(user=owner, agent_type=agent_type, message="Pay.")
     return started.session_id, started.run_id
 
 
@@ -97,8 +104,8 @@ def custom_chunks(session_id: str) -> list[dict]:
     ]
 
 
-def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(owner, monkeypatch):
-    session_id, run_id = start(owner, 5)
+def die_before_the_commit_once(monkeypatch) -> None:
+    """Let the next step attempt die after its tools ran, before its commit."""
     finish_step = attempt.Attempt._finish_step
 
     def die_before_the_commit(self, *args):
@@ -106,6 +113,11 @@ def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(o
         raise Crash("the worker died after its tools ran")
 
     monkeypatch.setattr(attempt.Attempt, "_finish_step", die_before_the_commit)
+
+
+def test_a_call_that_finished_before_its_worker_died_is_replayed_not_run_again(owner, monkeypatch):
+    session_id, run_id = start(owner, 5)
+    die_before_the_commit_once(monkeypatch)
 
     state = die_then_take_over(session_id, run_id)
 
@@ -126,3 +138,39 @@ def test_a_call_running_when_its_worker_died_is_cut_off_not_run_again(owner):
     [result] = tool_results(session_id)
     assert CUT_OFF in result
     assert custom_chunks(session_id) == []
+
+
+def test_an_idempotent_call_keeps_no_record_and_runs_again_after_its_worker_died(
+    owner, monkeypatch
+):
+    session_id, run_id = start(owner, 7, idempotent=True)
+    die_before_the_commit_once(monkeypatch)
+
+    with pytest.raises(Crash):
+        executor.run_step(session_id, run_id, 1, holder="first-worker")
+    assert len(EFFECTS) == 1
+    assert get_session_store().get_tool_calls(session_id, f"{run_id}:1") == {}
+    step = 1
+    while step is not None:
+        step = executor.run_step(session_id, run_id, step, holder="next-worker").next_step
+
+    assert len(EFFECTS) == 2  # Run again: the dead attempt's writes died with it.
+    assert get_session_store().load_state(session_id).custom_state == {"paid": [7]}
+    assert tool_results(session_id) == ['{"paid": 7}']
+    assert custom_chunks(session_id) == [{"paid": 7}]
+    [metric] = get_usage_store().get_entries(session_id, kinds=["custom"])
+    assert (metric.name, metric.value) == ("amount", 7)
+
+
+def test_a_step_with_idempotent_calls_writes_no_tool_call_records(owner):
+    session_id, run_id = start(owner, 3, idempotent=True)
+    record_table = ToolCallRecord._meta.db_table
+
+    with CaptureQueriesContext(connection) as queries:
+        step = 1
+        while step is not None:
+            step = executor.run_step(session_id, run_id, step, holder="worker").next_step
+
+    assert len(EFFECTS) == 1
+    assert [q["sql"] for q in queries.captured_queries if record_table in q["sql"]] == []
+    assert get_session_store().load_state(session_id).status == SessionStatus.COMPLETED
