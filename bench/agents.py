@@ -4,11 +4,11 @@ The steps benchmark runs `bench-stepper`: each run takes `STEPS_PER_RUN` steps o
 model, every one but the last streaming a short sentence and calling one tool that writes the
 state (an idempotent tool: it keeps no call records, as it needs none); the last one answers,
 which completes the run. The state benchmark writes the state of `bench-state` to its signed-in
-clients. The in-flight benchmark runs `bench-waiter`, whose
-model takes `MODEL_SECONDS` to stream each reply, as a real model would, over `WAITER_STEPS`
-steps, and `bench-waiter-instant`, which gives the same replies at once, to tell what waiting
-costs from what the steps' shape does; and, for fairness, `bench-marathon`, a run of
-`MARATHON_STEPS` quick steps, beside runs of `bench-once`.
+clients. The in-flight benchmark runs `bench-waiter`, whose model takes `MODEL_SECONDS` to
+stream each reply, as a real model would, over `WAITER_STEPS` steps, and
+`bench-waiter-instant`, which gives the same replies at once, to tell what waiting costs from
+what the steps' shape does; and, for fairness, `bench-marathon`, a run of `MARATHON_STEPS`
+quick steps, beside runs of `bench-once`.
 """
 
 import dataclasses
