@@ -75,20 +75,13 @@ def start(owner, amount: int, *, idempotent: bool = False) -> tuple[str, str]:
     return started.session_id, started.run_id
 
 
-def run_to_its_end(session_id: str, run_id: str, holder: str) -> None:
-    """Run the run from step 1 to its end as one task would, step to step under its lease."""
-    step = 1
-    while step is not None:
-        step = executor.run_step(session_id, run_id, step, holder=holder).next_step
-
-
 def die_then_take_over(session_id: str, run_id: str):
     """Let step 1's attempt die, run the run to its end as the next worker would, and return
     the session, checking that the tool ran once across both attempts."""
     with pytest.raises(Crash):
         executor.run_step(session_id, run_id, 1, holder="first-worker")
     assert len(EFFECTS) == 1
-    run_to_its_end(session_id, run_id, "next-worker")
+    executor.run_steps(session_id, run_id, 1, time_slice=60)  # One task, to the run's end.
     state = get_session_store().load_state(session_id)
     assert state.status == SessionStatus.COMPLETED
     assert len(EFFECTS) == 1
@@ -155,7 +148,7 @@ def test_an_idempotent_call_keeps_no_record_and_runs_again_after_its_worker_died
         executor.run_step(session_id, run_id, 1, holder="first-worker")
     assert len(EFFECTS) == 1
     assert get_session_store().get_tool_calls(session_id, f"{run_id}:1") == {}
-    run_to_its_end(session_id, run_id, "next-worker")
+    executor.run_steps(session_id, run_id, 1, time_slice=60)  # One task, to the run's end.
 
     assert len(EFFECTS) == 2  # Run again: the dead attempt's writes died with it.
     assert get_session_store().load_state(session_id).custom_state == {"paid": [7]}
@@ -170,7 +163,7 @@ def test_a_step_with_idempotent_calls_writes_no_tool_call_records(owner):
     record_table = ToolCallRecord._meta.db_table
 
     with CaptureQueriesContext(connection) as queries:
-        run_to_its_end(session_id, run_id, "worker")
+        executor.run_steps(session_id, run_id, 1, time_slice=60)  # One task, to the run's end.
 
     assert len(EFFECTS) == 1
     assert [q["sql"] for q in queries.captured_queries if record_table in q["sql"]] == []
