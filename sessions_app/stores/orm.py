@@ -339,33 +339,34 @@ class ORMSessionStateStore(SessionStateStore):
         )
         snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
         checkpoint_id = models.generate_id()
-        execute(
-            sql.insert_checkpoint,
-            [
-                checkpoint_id,
-                session_id,
-                checkpoint.run_id or "",
-                checkpoint.step_id,
-                checkpoint.step_count,
-                message_count,
-                checkpoint.stream_sequence,
-                _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
-                connection.ops.adapt_datetimefield_value(now),
-                _CHECKPOINT_TIMINGS.get_db_prep_save(checkpoint.timings, connection),
-            ],
-        )
+        # The step's changes staged before its commit are promoted first; then its own are
+        # written promoted, each replacing an earlier change of its call.
+        promote = [
+            StagedChangeStatus.PROMOTED.value,
+            checkpoint_id,
+            session_id,
+            StagedChangeStatus.STAGED.value,
+            checkpoint.step_id,
+        ]
+        row = [
+            checkpoint_id,
+            session_id,
+            checkpoint.run_id or "",
+            checkpoint.step_id,
+            checkpoint.step_count,
+            message_count,
+            checkpoint.stream_sequence,
+            _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
+            connection.ops.adapt_datetimefield_value(now),
+            _CHECKPOINT_TIMINGS.get_db_prep_save(checkpoint.timings, connection),
+        ]
+        if sql.promote_staged_and_insert_checkpoint is not None:
+            execute(sql.promote_staged_and_insert_checkpoint, promote + row)
+        else:
+            execute(sql.promote_staged, promote)
+            execute(sql.insert_checkpoint, row)
         _upsert_staged(
             staged, status=StagedChangeStatus.PROMOTED, checkpoint_id=checkpoint_id, now=now
-        )
-        execute(
-            sql.promote_staged,
-            [
-                StagedChangeStatus.PROMOTED.value,
-                checkpoint_id,
-                session_id,
-                StagedChangeStatus.STAGED.value,
-                checkpoint.step_id,
-            ],
         )
         if forget_tool_calls:
             execute(sql.forget_tool_calls, [session_id, checkpoint.step_id])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
-from django.db.models import Model
+from django.db.models import Field, Model
 
 from sessions_app import models
 
@@ -67,6 +67,9 @@ class Statements:
     insert_checkpoint: str
     # Sets status and checkpoint of a session's changes staged by one step.
     promote_staged: str
+    # Both in one statement, `promote_staged`'s parameters first (PostgreSQL only: a
+    # data-modifying WITH).
+    promote_staged_and_insert_checkpoint: str | None
     # Takes a free or expired step lease (PostgreSQL only; `claim_step` composes it elsewhere).
     claim_step: str | None
     # Reads, without writing, what a claim returns but `previous_holder`, if the holder given
@@ -157,6 +160,15 @@ def statements(vendor: str) -> Statements:
         f" FOR UPDATE OF {table(session)}" if database.features.has_select_for_update_of else ""
     )
     checkpoint_columns = ", ".join(column(models.Checkpoint, c) for c in CHECKPOINT_COLUMNS)
+    insert_checkpoint = (
+        f"INSERT INTO {table(models.Checkpoint)} ({checkpoint_columns}) "
+        f"VALUES ({', '.join(['%s'] * len(CHECKPOINT_COLUMNS))})"
+    )
+    promote_staged = (
+        f"UPDATE {table(staged)} SET {column(staged, 'status')} = %s, "
+        f"{column(staged, 'checkpoint_id')} = %s WHERE ({qualified(staged, 'session')} = %s "
+        f"AND {qualified(staged, 'status')} = %s AND {qualified(staged, 'step_id')} = %s)"
+    )
     return Statements(
         lock_for_commit=(
             f"SELECT {qualified(session, 'version')} AS {quote('version')}, "
@@ -175,14 +187,12 @@ def statements(vendor: str) -> Statements:
             f"{qualified(message, 'sequence')} AS {quote('sequence')} FROM {table(message)} "
             f"WHERE {qualified(message, 'session')} = %s ORDER BY 2 DESC LIMIT 1"
         ),
-        insert_checkpoint=(
-            f"INSERT INTO {table(models.Checkpoint)} ({checkpoint_columns}) "
-            f"VALUES ({', '.join(['%s'] * len(CHECKPOINT_COLUMNS))})"
-        ),
-        promote_staged=(
-            f"UPDATE {table(staged)} SET {column(staged, 'status')} = %s, "
-            f"{column(staged, 'checkpoint_id')} = %s WHERE ({qualified(staged, 'session')} = %s "
-            f"AND {qualified(staged, 'status')} = %s AND {qualified(staged, 'step_id')} = %s)"
+        insert_checkpoint=insert_checkpoint,
+        promote_staged=promote_staged,
+        promote_staged_and_insert_checkpoint=(
+            f"WITH promoted AS ({promote_staged}) {insert_checkpoint}"
+            if vendor == "postgresql"
+            else None
         ),
         claim_step=_claim_step() if vendor == "postgresql" else None,
         resume_step=_resume_step(),
@@ -402,14 +412,21 @@ def update_row(model: type[Model], fields: tuple[str, ...]) -> str:
 
 def row_db_values(row: Model, fields: Sequence[str]) -> list[Any]:
     """Return a model instance's `fields` as the ORM would send them to the database."""
-    meta = row._meta
-    return db_values(type(row), fields, [getattr(row, meta.get_field(f).attname) for f in fields])
+    named = _fields(type(row), tuple(fields))
+    return db_values(type(row), fields, [getattr(row, field.attname) for field in named])
 
 
 def db_values(model: type[Model], fields: Sequence[str], values: Sequence[Any]) -> list[Any]:
     """Return `values` of the model's `fields` as the ORM would send them to the database."""
-    meta = model._meta
+    # The database's own wrapper, not the `connection` proxy: each field's conversion reads
+    # it, and every read through the proxy looks the thread's connection up again.
+    database = connections[DEFAULT_DB_ALIAS]
     return [
-        meta.get_field(name).get_db_prep_save(value, connection)
-        for name, value in zip(fields, values, strict=True)
+        field.get_db_prep_save(value, database)
+        for field, value in zip(_fields(model, tuple(fields)), values, strict=True)
     ]
+
+
+@functools.cache
+def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
+    return tuple(model._meta.get_field(name) for name in names)

@@ -14,7 +14,14 @@ from sessions_app.errors import (
 )
 from sessions_app.stores.orm import _COLUMN_NAMES, ORMSessionStateStore, _fetch_named
 from sessions_app.stores.statements import CHECKPOINT_COLUMNS, statements
-from sessions_app.stores.types import Message, MessageRole, RunStatus
+from sessions_app.stores.types import (
+    CheckpointMeta,
+    Message,
+    MessageRole,
+    RunStatus,
+    StagedChangeStatus,
+    StagedToolChange,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -79,6 +86,38 @@ def test_checkpoint_columns_follow_the_model():
     fields = [field.name for field in models.Checkpoint._meta.concrete_fields]
     assert list(CHECKPOINT_COLUMNS) == fields
     assert models.Checkpoint().pk  # Ids are made in Python: the INSERT returns nothing.
+
+
+@pytest.mark.postgres
+def test_a_step_commit_promotes_what_its_step_staged_as_it_inserts_its_checkpoint():
+    store = ORMSessionStateStore()
+    session_id = store.create_session(agent_type="assistant").session_id
+    store.stage_changes(session_id, "step-1", [StagedToolChange(tool_call_id="call-1")])
+    state = store.load_state(session_id)
+
+    with CaptureQueriesContext(connection) as committing:
+        result = store.save_state_and_promote_staging(
+            session_id,
+            state,
+            [],
+            CheckpointMeta(step_id="step-1", step_count=1, stream_sequence=0),
+            expected_version=state.version,
+            stage=[StagedToolChange(tool_call_id="call-2")],
+        )
+
+    staged_table = models.StagedChange._meta.db_table
+    touching = [q["sql"] for q in committing.captured_queries if staged_table in q["sql"]]
+    promoting, staging = touching  # The promotion, then the commit's own change.
+    checkpoints = models.Checkpoint._meta.db_table
+    assert (promoting.startswith("WITH"), checkpoints in promoting) == (True, True)
+    assert (staging.startswith("INSERT"), checkpoints in staging) == (True, False)
+    assert sorted(
+        (change.tool_call_id, change.status, change.checkpoint_id)
+        for change in store.get_staged_changes(session_id, step_id="step-1")
+    ) == [
+        ("call-1", StagedChangeStatus.PROMOTED, result.checkpoint_id),
+        ("call-2", StagedChangeStatus.PROMOTED, result.checkpoint_id),
+    ]
 
 
 @pytest.mark.postgres
