@@ -15,23 +15,26 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
 
 from agents_app.definitions.agent import Agent
 from agents_app.definitions.mcp_servers import McpServer
-from agents_app.mcp.client import Catalog, get_pool
+from agents_app.mcp.pool import connection_pool
 from agents_app.mcp.selectors import agent_mcp_servers
 from agents_app.mcp.services import changes_group
 from streams_app.backends.doorbell import LAYER_ERRORS
+
+if TYPE_CHECKING:
+    from agents_app.mcp.client import Catalog
 
 logger = logging.getLogger(__name__)
 
 FRAME_TYPE = "cf_agent_mcp_servers"
 
 
-def servers_state(servers: Sequence[McpServer], catalogs: Sequence[Catalog]) -> dict[str, Any]:
+def servers_state(servers: Sequence[McpServer], catalogs: Sequence["Catalog"]) -> dict[str, Any]:
     """Return the `mcp` object of a `cf_agent_mcp_servers` frame."""
     state: dict[str, Any] = {"prompts": [], "resources": [], "servers": {}, "tools": []}
     for server, catalog in zip(servers, catalogs, strict=True):
@@ -88,7 +91,7 @@ class McpFeed:
         """Send the servers as known now; then follow their changes, if the agent has any."""
         if self.live:
             loop = asyncio.get_running_loop()
-            self.unwatch = get_pool().watch(lambda key: self._rung(loop, key))
+            self.unwatch = connection_pool().watch(lambda key: self._rung(loop, key))
             await self._join()
             self.servers = await database_sync_to_async(agent_mcp_servers)(
                 self.agent, self.session_id
@@ -140,8 +143,8 @@ class McpFeed:
             await self._send_if_changed()
 
     async def _send_if_changed(self) -> None:
-        pool = get_pool()
-        state = servers_state(self.servers, [pool.snapshot(s) for s in self.servers])
+        catalogs = [connection_pool().snapshot(server) for server in self.servers]
+        state = servers_state(self.servers, catalogs)
         if state != self.sent:
             self.sent = state
             await self.send({"type": FRAME_TYPE, "mcp": state})

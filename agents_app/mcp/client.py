@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -34,6 +35,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -192,9 +194,12 @@ class _Connection:
             )
             target: Any = streamable_http_client(server.url, http_client=http)
         else:
-            target = StdioServerParameters(
+            command = StdioServerParameters(
                 command=server.command, args=list(server.args), env=server.env
             )
+            # The server's stderr is the process's own: a worker's `sys.stderr` is a logging
+            # proxy, which has no file descriptor to give a child.
+            target = stdio_client(command, errlog=sys.__stderr__)
         return Client(target, cache=None, client_info=CLIENT_INFO, message_handler=self._on_message)
 
     async def _serve(self, client: Client) -> None:

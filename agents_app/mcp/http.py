@@ -6,12 +6,14 @@ the session cookie from another site's page (an `Origin` neither this host nor a
 `CSRF_TRUSTED_ORIGINS`) is refused, and so is a `Host` not among `ALLOWED_HOSTS`.
 The session manager runs stateless: every request stands alone, so any Daphne process serves
 any client (the conversation is the Helix session the call names). Daphne runs no ASGI lifespan,
-so the manager is started by the first request, in a task of that process's loop.
+so the manager is started by the first request, in a task of that process's loop; that request
+also loads the SDK, in a thread beside the loop (a process that serves no MCP never loads it).
 """
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from channels.auth import AuthMiddlewareStack
@@ -19,15 +21,16 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.http.request import split_domain_port, validate_host
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework.authtoken.models import Token
 
-from agents_app.mcp.server import build_server
 from sessions_app.errors import error_body
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 TOKEN_KEYWORDS = ("Token", "Bearer")
 # Session managers by event loop (one per process under Daphne; tests may run several loops).
-_managers: dict[int, tuple[StreamableHTTPSessionManager, asyncio.Event, asyncio.Task]] = {}
+_managers: dict[int, tuple["StreamableHTTPSessionManager", asyncio.Event, asyncio.Task]] = {}
 
 
 class McpEndpoint:
@@ -66,20 +69,30 @@ def mcp_application() -> Any:
     return AuthMiddlewareStack(McpEndpoint())
 
 
-async def _running_manager() -> StreamableHTTPSessionManager:
+async def _running_manager() -> "StreamableHTTPSessionManager":
     loop = asyncio.get_running_loop()
     entry = _managers.get(id(loop))
     if entry is None or entry[2].done():
-        manager, started = (
-            StreamableHTTPSessionManager(app=build_server(), stateless=True),
-            asyncio.Event(),
-        )
-        entry = _managers[id(loop)] = (manager, started, loop.create_task(_run(manager, started)))
+        new_manager = await asyncio.to_thread(_manager_maker)
+        entry = _managers.get(id(loop))  # Another request may have made one meanwhile.
+        if entry is None or entry[2].done():
+            manager, started = new_manager(), asyncio.Event()
+            task = loop.create_task(_run(manager, started))
+            entry = _managers[id(loop)] = (manager, started, task)
     await entry[1].wait()
     return entry[0]
 
 
-async def _run(manager: StreamableHTTPSessionManager, started: asyncio.Event) -> None:
+def _manager_maker() -> Callable[[], "StreamableHTTPSessionManager"]:
+    """Load the SDK and the server; return what makes a stateless session manager of it."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from agents_app.mcp.server import build_server
+
+    return lambda: StreamableHTTPSessionManager(app=build_server(), stateless=True)
+
+
+async def _run(manager: "StreamableHTTPSessionManager", started: asyncio.Event) -> None:
     """Hold the manager's task group open for the life of the process."""
     try:
         async with manager.run():

@@ -1,14 +1,19 @@
 """Reads: the MCP servers a session's agent uses, and what a server offers now."""
 
+from typing import TYPE_CHECKING
+
 from django.contrib.auth.models import AbstractBaseUser
 
 from agents_app.definitions.agent import Agent
 from agents_app.definitions.mcp_servers import McpServer
 from agents_app.definitions.registry import session_agent
 from agents_app.mcp import conf
-from agents_app.mcp.client import Catalog, get_pool
 from agents_app.mcp.models import SessionMcpServer
+from agents_app.mcp.pool import connection_pool
 from sessions_app.selectors import session_for_user
+
+if TYPE_CHECKING:
+    from agents_app.mcp.client import Catalog
 
 
 def session_own_mcp_servers(*, session_id: str) -> list[McpServer]:
@@ -36,6 +41,6 @@ def session_mcp_server_list(
     return servers
 
 
-def mcp_server_catalog(server: McpServer) -> Catalog:
+def mcp_server_catalog(server: McpServer) -> "Catalog":
     """Return what the server offers, connecting it first if needed (waits a connect timeout)."""
-    return get_pool().catalogs([server], timeout=conf.connect_timeout_seconds())[0]
+    return connection_pool().catalogs([server], timeout=conf.connect_timeout_seconds())[0]

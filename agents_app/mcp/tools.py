@@ -18,16 +18,17 @@ import functools
 import hashlib
 import logging
 import re
-from typing import Any
-
-import mcp_types as types
+from typing import TYPE_CHECKING, Any
 
 from agents_app.definitions.agent import NAME_PATTERN, Agent, SchemaInput, Tool, ToolContext
 from agents_app.definitions.mcp_servers import SEPARATOR, McpServer
 from agents_app.mcp import conf
-from agents_app.mcp.client import get_pool
+from agents_app.mcp.pool import connection_pool
 from agents_app.mcp.selectors import agent_mcp_servers
 from sessions_app.stores.types import SessionState
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def mcp_tools(agent: Agent, state: SessionState) -> list[Tool]:
     servers = agent_mcp_servers(agent, state.session_id)
     if not servers:
         return []
-    catalogs = get_pool().catalogs(servers, timeout=conf.connect_timeout_seconds())
+    catalogs = connection_pool().catalogs(servers, timeout=conf.connect_timeout_seconds())
     tools: dict[str, Tool] = {}
     for server, catalog in zip(servers, catalogs, strict=True):
         if catalog.state != "ready":
@@ -81,7 +82,7 @@ def tool_name(server: str, tool: str) -> str:
     return name
 
 
-def as_tool(server: McpServer, listed: types.Tool) -> Tool:
+def as_tool(server: McpServer, listed: "types.Tool") -> Tool:
     """Return the agent tool that calls the server's tool `listed`."""
     schema = dict(listed.input_schema or {})
     schema["type"] = "object"
@@ -96,7 +97,7 @@ def as_tool(server: McpServer, listed: types.Tool) -> Tool:
 
 def call_mcp_tool(server: McpServer, name: str, arguments: SchemaInput, ctx: ToolContext) -> Any:
     """Call the server's tool once and return its result as JSON; raise on an error result."""
-    result = get_pool().call_tool(
+    result = connection_pool().call_tool(
         server, name, arguments.model_dump(), timeout=server.timeout_seconds
     )
     try:
@@ -105,7 +106,7 @@ def call_mcp_tool(server: McpServer, name: str, arguments: SchemaInput, ctx: Too
         raise McpToolFailed(server.redact(str(failure))) from None
 
 
-def tool_result(result: types.CallToolResult) -> Any:
+def tool_result(result: "types.CallToolResult") -> Any:
     """Return a call's result as the JSON the model reads; raise `McpToolFailed` if it failed."""
     blocks = [_content(block) for block in result.content]
     texts = [block["text"] for block in blocks if block.get("type") == "text"]
