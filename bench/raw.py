@@ -92,6 +92,8 @@ PROMOTE_STAGED = (
     'AND "sessions_app_stagedchange"."status" = %s '
     'AND "sessions_app_stagedchange"."step_id" = %s)'
 )
+# As ours: the checkpoint's insert promotes the step's staged changes (its parameters first).
+PROMOTE_STAGED_AND_INSERT_CHECKPOINT = f"WITH promoted AS ({PROMOTE_STAGED}) {INSERT_CHECKPOINT}"
 
 _SNAPSHOT_FIELDS = tuple(
     field.name for field in dataclasses.fields(SessionState) if field.name != "interrupt_flag"
@@ -187,8 +189,13 @@ class RawSessionStore:
                 )
                 checkpoint_id = str(uuid.uuid4())
                 cursor.execute(
-                    INSERT_CHECKPOINT,
+                    PROMOTE_STAGED_AND_INSERT_CHECKPOINT,
                     (
+                        "promoted",
+                        checkpoint_id,
+                        session_id,
+                        "staged",
+                        checkpoint.step_id,
                         checkpoint_id,
                         session_id,
                         checkpoint.run_id or "",
@@ -200,10 +207,6 @@ class RawSessionStore:
                         now,
                         _json(checkpoint.timings),
                     ),
-                )
-                cursor.execute(
-                    PROMOTE_STAGED,
-                    ("promoted", checkpoint_id, session_id, "staged", checkpoint.step_id),
                 )
         return CommitResult(checkpoint_id=checkpoint_id, new_version=version)
 

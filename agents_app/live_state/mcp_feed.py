@@ -91,7 +91,9 @@ class McpFeed:
         """Send the servers as known now; then follow their changes, if the agent has any."""
         if self.live:
             loop = asyncio.get_running_loop()
-            self.unwatch = connection_pool().watch(lambda key: self._rung(loop, key))
+            # The pool's first use loads the MCP SDK: a thread's work, not the loop's.
+            pool = await asyncio.to_thread(connection_pool)
+            self.unwatch = pool.watch(lambda key: self._rung(loop, key))
             await self._join()
             self.servers = await database_sync_to_async(agent_mcp_servers)(
                 self.agent, self.session_id

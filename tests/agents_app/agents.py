@@ -399,7 +399,7 @@ SCRIPTED_AGENTS = [
         Agent(name="slow-approver", tools=[transfer_tool], initial_state={}),
         held_calls_script(
             ScriptedToolCall(name="transfer", arguments={"amount": 7}, id="call-transfer"),
-            delay=0.5,
+            delay=1.5,  # Long enough for a client on a busy machine to re-attach meanwhile.
         ),
     ),
     # Conversation memory: a writable block, and compaction of all but the last two messages.

@@ -188,7 +188,8 @@ def test_the_chat_stream_re_attaches_to_the_continuation(worker, owner):  # noqa
     suspended()
     assert client.get("/api/chat/s-1/stream").status_code == 204  # Nothing runs meanwhile.
 
-    submit(client, {"toolCallId": "call-transfer", "approved": True})
+    submitted = submit(client, {"toolCallId": "call-transfer", "approved": True})
+    assert submitted.status_code == 202, submitted.content
     parts = _reattach(owner)
 
     types = [p["type"] for p in parts if isinstance(p, dict)]

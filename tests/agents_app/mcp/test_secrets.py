@@ -37,7 +37,9 @@ def test_no_header_secret_shows_anywhere(daphne, worker, fixture_server, owner, 
     secret = fixture_server.key
     site = f"http://127.0.0.1:{daphne.port}"
     api = httpx.Client(
-        base_url=site, headers={"Authorization": f"Token {Token.objects.create(user=owner).key}"}
+        base_url=site,
+        headers={"Authorization": f"Token {Token.objects.create(user=owner).key}"},
+        timeout=30,  # The first server added loads the MCP SDK: seconds on a busy machine.
     )
     session_id = agent_session_create(user=owner, agent_type="mcp_session").session_id
     pages: dict[str, str] = {}
