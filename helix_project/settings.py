@@ -35,7 +35,7 @@ LOGIN_URL = env.str("LOGIN_URL", default="helix-login")
 LOGIN_REDIRECT_URL = "helix-landing"
 
 INSTALLED_APPS = [
-    "daphne",
+    "helix_project.serving.DaphneConfig",  # Daphne's `runserver`, its server loaded lazily.
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
