@@ -16,9 +16,11 @@ from collections.abc import Sequence
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
 
 from sessions_app.stores import get_session_store
 from streams_app.backends import get_stream_manager
+from tests.agents_app.test_runtime import wait_for
 from tests.live import live_env
 from tests.live_clients import Daphne, Received, sse_client, start_writer, websocket_client
 from tests.streams_app.conftest import session_cookie
@@ -52,7 +54,8 @@ def writer(tmp_path, owned_session):
     started: list[subprocess.Popen] = []
 
     def start(env: dict[str, str]) -> subprocess.Popen:
-        started.append(start_writer(env, owned_session, count=ENDLESS, pause=0.002))
+        named = {**env, "PGAPPNAME": writer_name(owned_session)}  # Its connections' name.
+        started.append(start_writer(named, owned_session, count=ENDLESS, pause=0.002))
         return started[-1]
 
     yield start
@@ -76,11 +79,30 @@ async def common_server(servers: Sequence[Daphne], clients: Sequence[Received]) 
     return next(server for server in servers if server.port in ports)
 
 
+def writer_name(stream_id: str) -> str:
+    """Return the name the writer of `stream_id` gives its database connections."""
+    return f"helix-test-writer-{stream_id}"
+
+
+def outlived(application_name: str) -> None:
+    """Wait until PostgreSQL has closed the connections of a killed process: a commit the
+    process sent just before it died lands until then."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
+
+    def gone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(query, [application_name])
+            return cursor.fetchone()[0] == 0
+
+    wait_for(gone, timeout=10, what=f"the connections of {application_name} to close")
+
+
 async def end_stream(writer: subprocess.Popen, stream_id: str) -> int:
     """Stop the (still running) writer, end its stream with what it stored; return that count."""
     assert writer.poll() is None, "the writer died mid-stream"
     writer.kill()
     writer.wait()
+    await database_sync_to_async(outlived)(writer_name(stream_id))
     manager = get_stream_manager()
     count = (await database_sync_to_async(manager.get_stream_info)(stream_id)).total_chunks
     await database_sync_to_async(manager.end_stream)(stream_id, {"chunks": count})
