@@ -23,8 +23,11 @@ LOCK_FOR_COMMIT = (
     f'SELECT {_SESSION}."version" AS "version", '
     f'{_SESSION}."message_count" AS "message_count", '
     f'{_SESSION}."lease_holder" AS "lease_holder", '
-    f'{_SESSION}."history_revision" AS "history_revision", last."id", last."sequence" '
-    f'FROM {_SESSION} LEFT JOIN (SELECT "id", "sequence" FROM {_MESSAGE} '
+    f'{_SESSION}."history_revision" AS "history_revision", '
+    'flag."reason" AS flag_reason, flag."set_at" AS flag_set_at, last."id", last."sequence" '
+    f'FROM {_SESSION} LEFT JOIN "sessions_app_interruptflag" AS flag '
+    f'ON flag."session_id" = {_SESSION}."id" '
+    f'LEFT JOIN (SELECT "id", "sequence" FROM {_MESSAGE} '
     'WHERE "session_id" = %s ORDER BY "sequence" DESC LIMIT 1) AS last ON TRUE '
     f'WHERE {_SESSION}."id" = %s FOR UPDATE OF {_SESSION}'
 )
@@ -166,7 +169,7 @@ class RawSessionStore:
             row = cursor.execute(LOCK_FOR_COMMIT, (session_id, session_id)).fetchone()
             if row is None:
                 raise LookupError(f"no session {session_id}")
-            version, message_count, _, history_revision, *last = row
+            version, message_count, _, history_revision, _, _, *last = row
             if version != expected_version:
                 raise RuntimeError(f"version {version} is not the expected {expected_version}")
             # As ours: the writes read no result, and go in one round trip.
@@ -208,7 +211,8 @@ class RawSessionStore:
                         _json(checkpoint.timings),
                     ),
                 )
-        return CommitResult(checkpoint_id=checkpoint_id, new_version=version)
+        committed = dataclasses.replace(state, version=version, message_count=message_count)
+        return CommitResult(checkpoint_id=checkpoint_id, new_version=version, state=committed)
 
 
 def _fetch(cursor: psycopg.Cursor, query: str, session_id: str) -> tuple[Any, ...]:

@@ -15,7 +15,7 @@ from agents_app.llm.base import ToolCall
 from agents_app.observability import metrics, tracing
 from agents_app.runs import launch
 from agents_app.runtime.tool_calls import ToolOutcome
-from agents_app.runtime.types import History, Reply, StepOutcome, tool_message
+from agents_app.runtime.types import Reply, StepOutcome, tool_message
 from agents_app.subagents import children
 from sessions_app.connections import pipelined
 from sessions_app.errors import VersionConflict
@@ -23,10 +23,13 @@ from sessions_app.stores.rules import apply_merge_ops
 from sessions_app.stores.types import (
     CasRejected,
     CheckpointMeta,
+    CommitResult,
+    Lease,
     Message,
     MessageRole,
     RunStatus,
     SessionStatus,
+    StepClaim,
     StepWrites,
 )
 from sessions_app.usage import get_usage_store
@@ -57,11 +60,28 @@ class Ending:
             return self._fail(
                 writer, messages, outcomes, reply, f"Reached the limit of {agent.max_steps} steps."
             )
-        history = self._commit(
+        committed = self._commit(
             writer, messages, outcomes, reply, SessionStatus.ACTIVE, keep_lease=True
         )
+        return self._going_on(writer, committed)
+
+    def _going_on(self, writer: BatchedWriter, committed: CommitResult) -> StepOutcome:
+        """Return the outcome of a step whose run goes on under the lease it kept: the claim
+        is the commit's (nothing to read again), and the active branch the commit left, when
+        the step read it and nothing else changed the session's history since its claim."""
+        claim = StepClaim(
+            lease=Lease(version=committed.new_version, taken_over=False),
+            state=committed.state,
+            run=self.run_record,
+            history_revision=committed.revision,
+        )
+        history = (
+            None
+            if committed.history_revision is None or self.active is None
+            else self.active + committed.messages
+        )
         return StepOutcome(
-            next_step=self.step + 1, holder=self.holder, writer=writer, history=history
+            next_step=self.step + 1, holder=self.holder, claim=claim, writer=writer, history=history
         )
 
     def _complete(self, writer, messages, outcomes, reply, output: Any) -> StepOutcome:
@@ -171,15 +191,12 @@ class Ending:
         pending: dict[str, Any] | None = None,
         awaited: dict[str, Any] | None = None,
         keep_lease: bool = False,
-    ) -> History | None:
+    ) -> CommitResult:
         """Commit the step: its chunks, messages, state, staging, checkpoint and usage.
 
         The lease is freed with it, unless `keep_lease`: the run goes on under it. The drained
         calls of a suspended step come first; `pending` are the calls the step suspends on
         for people, `awaited` those it suspends on for its children.
-
-        Return the active branch the commit left, when the step read it and nothing else
-        changed the session's history since its claim.
         """
         messages = [*self._drained_messages(), *messages]
         if self.branch_from is not None and messages:
@@ -237,9 +254,7 @@ class Ending:
                 stored = AgentState(state=custom_state, version=committed.new_version)
                 transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
         metrics.STEPS_COMMITTED.labels(self.state.agent_type).inc()
-        if committed.history_revision is None or self.active is None:
-            return None
-        return History(self.active + committed.messages, committed.history_revision)
+        return committed
 
     def _usage(self, reply: Reply, outcomes: list[ToolOutcome]) -> list[UsageEntry]:
         """Return what the step used: tokens per model call, each tool call, custom metrics."""

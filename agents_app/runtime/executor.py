@@ -30,11 +30,10 @@ from collections.abc import Callable
 from agents_app import conf
 from agents_app.observability import metrics, tracing
 from agents_app.runtime.attempt import Attempt
-from agents_app.runtime.types import History, LeaseLost, StepOutcome
+from agents_app.runtime.types import LeaseLost, StepOutcome
 from sessions_app.errors import SessionNotFound, VersionConflict
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunRecord, RunStatus, SessionState, SessionStatus
-from streams_app.backends.batching import BatchedWriter
 from streams_app.errors import WriterSuperseded
 
 logger = logging.getLogger(__name__)
@@ -59,15 +58,15 @@ def run_steps(
     """
     holder = uuid.uuid4().hex
     began = time.monotonic()
-    writer = history = None
+    kept: StepOutcome | None = None
     while True:
-        outcome = run_step(session_id, run_id, step, holder=holder, writer=writer, history=history)
+        outcome = run_step(session_id, run_id, step, holder=holder, kept=kept)
         if outcome.next_step is None:
             return outcome
         ran = time.monotonic() - began
         if ran >= time_slice and (time_slice <= 0 or ran >= longest or not spare()):
             return outcome
-        step, writer, history = outcome.next_step, outcome.writer, outcome.history
+        step, kept = outcome.next_step, outcome
 
 
 def hand_over(session_id: str, holder: str) -> None:
@@ -82,8 +81,7 @@ def run_step(
     step: int,
     *,
     holder: str,
-    writer: BatchedWriter | None = None,
-    history: History | None = None,
+    kept: StepOutcome | None = None,
 ) -> StepOutcome:
     """Run step `step` of the run as `holder`, or do what a redelivery of it requires.
 
@@ -91,22 +89,23 @@ def run_step(
     died since (it never released it): that holder may have died before handing the next
     step on, so this attempt runs it.
 
-    `writer` is the stream writer of the run's previous step, when `holder` kept the lease
-    since that step's commit: the step then reads the lease it still holds and goes on with
-    that writer, where a step of its own takes the lease and opens a writer (two writes, each
-    its own commit). If the lease was lost meanwhile, it claims the step as any other would.
-    `history` is the active branch that step left: the step goes on with it unless the
-    session's history revision moved since.
+    `kept` is the outcome of the run's previous step, when `holder` kept the lease since its
+    commit: the step goes on with the claim that commit left and that step's stream writer,
+    reading and writing nothing first, where a step of its own takes the lease and opens a
+    writer (two writes, each its own commit). Had the lease been lost meanwhile, the taker's
+    claim fenced this holder off: its watcher's renewal fails, and so would its commit. The
+    step goes on with the active branch the previous one left too, if it has it.
     """
     store = get_session_store()
-    try:
-        lease_seconds = conf.step_lease_seconds()
-        claim = None if writer is None else store.resume_step(session_id, holder, lease_seconds)
-        if claim is None:
-            writer = history = None
+    lease_seconds = conf.step_lease_seconds()
+    if kept is not None:
+        claim, writer, history = kept.claim, kept.writer, kept.history
+    else:
+        writer = history = None
+        try:
             claim = store.claim_step(session_id, holder, lease_seconds)
-    except SessionNotFound:
-        return StepOutcome()
+        except SessionNotFound:
+            return StepOutcome()
     if claim is None:  # Another attempt runs it; if that worker died, its lease runs out.
         return StepOutcome(retry_after=lease_seconds / 2)
     lease = claim.lease
@@ -116,8 +115,6 @@ def run_step(
     elif state is None or state.step_count >= step:  # Ended, or a step committed already.
         store.release_lease(session_id, holder, clean=not lease.taken_over)
         return StepOutcome()
-    if history is not None and history.revision != claim.history_revision:
-        history = None  # Something else wrote the messages or compactions since.
     attempt = Attempt(
         store,
         state,
@@ -125,7 +122,7 @@ def run_step(
         step,
         holder,
         history_revision=claim.history_revision,
-        history=None if history is None else history.messages,
+        history=history,
     )
     if lease.abandoned > conf.step_max_abandoned():
         return attempt.give_up(

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents_app.llm.base import ToolCall, Usage
-from sessions_app.stores.types import Message, MessageRole
+from sessions_app.stores.types import Message, MessageRole, StepClaim
 from streams_app.backends.batching import BatchedWriter
 
 
@@ -14,34 +14,23 @@ class LeaseLost(Exception):
 
 
 @dataclass(frozen=True)
-class History:
-    """The active branch as a step's commit left it, at the session's history revision then.
-
-    The next step of the run in the same task goes on with it instead of reading the branch
-    again, if the revision it reads with its lease is still this one: no other write changed
-    the session's messages or compactions since.
-    """
-
-    messages: list[Message]
-    revision: int
-
-
-@dataclass(frozen=True)
 class StepOutcome:
     """What the task does after a step: nothing, go on with `next_step`, or retry later.
 
     With a `next_step`, `holder` still holds the session's lease: the run goes on under it,
     in this task or, once the task has handed the next step to the broker, after
-    `hand_over` releases it. Then `writer` is the stream writer the step wrote with, and
-    `history` the active branch it left (when nothing else changed it during the step),
-    which the next step goes on with when it runs in this task.
+    `hand_over` releases it. Then `claim` is the lease and the session as the step's commit
+    left them, `writer` the stream writer the step wrote with, and `history` the active
+    branch it left (when nothing else changed it during the step): the next step goes on
+    with them when it runs in this task.
     """
 
     next_step: int | None = None
     retry_after: float | None = None
     holder: str | None = None
+    claim: StepClaim | None = None
     writer: BatchedWriter | None = None
-    history: History | None = None
+    history: list[Message] | None = None
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,8 @@ class SessionStateStore(abc.ABC):
         `release_lease_of`, if it holds it, is released cleanly with it, and otherwise whoever
         holds the lease keeps it.
 
-        The result holds the messages as stored and, if the session's history revision was
+        The result holds the messages as stored, the session as the commit left it (with the
+        interrupt flag it found under its lock) and, if the session's history revision was
         `expected_history_revision`, the revision after the commit (see `CommitResult`).
         """
 
@@ -258,26 +259,6 @@ class SessionStateStore(abc.ABC):
             state=self.load_state(session_id),
             run=self.get_current_run(session_id),
         )
-
-    def resume_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
-        """Return the claim for the next step of a run whose lease `holder` kept since its
-        last commit, or `None` if it no longer holds it (or the session is gone).
-
-        Nothing is taken: the version stays, as the holder's commit fenced off any earlier
-        attempt, and the lease is not bumped again. The state and current run are read as
-        `claim_step` reads them. A backend may read it all in one statement, leaving the
-        lease's expiry to its watcher; this default checks the lease by renewing it for `ttl`.
-        """
-        try:
-            if not self.renew_lease(session_id, holder, ttl):
-                return None
-        except SessionNotFound:
-            return None
-        state = self.load_state(session_id)
-        if state is None:
-            return None
-        lease = Lease(version=state.version, taken_over=False)
-        return StepClaim(lease=lease, state=state, run=self.get_current_run(session_id))
 
     @abc.abstractmethod
     def renew_lease(self, session_id: str, holder: str, ttl: float) -> bool:
@@ -432,10 +413,10 @@ class SessionStateStore(abc.ABC):
     # History revisions (optional: a backend that keeps them sets `supports_history_revisions`)
     #
     # Every write to a session's messages or compactions bumps its history revision. A step's
-    # resumption (and, where the backend reads it there, its claim) returns it in
-    # `StepClaim.history_revision`; a step commit told the revision its caller expects says
+    # claim returns it in `StepClaim.history_revision`, and a step commit its revision after
+    # (`CommitResult.revision`); a step commit told the revision its caller expects says
     # whether the history still stood there (`CommitResult.history_revision`). A backend that
-    # keeps none returns `None` in both.
+    # keeps none returns `None` in all three.
 
     supports_history_revisions: ClassVar[bool] = False
 

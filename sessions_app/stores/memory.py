@@ -258,7 +258,9 @@ class InMemorySessionStateStore(SessionStateStore):
                 step_count=checkpoint.step_count,
                 message_count=message_count,
                 stream_sequence=checkpoint.stream_sequence,
-                state=_json(rules.checkpoint_snapshot(state, fields, new_version, message_count)),
+                state=_json(
+                    rules.committed_state(state, fields, new_version, message_count).snapshot()
+                ),
                 created_at=now,
                 timings=_json(checkpoint.timings),
             )
@@ -277,9 +279,11 @@ class InMemorySessionStateStore(SessionStateStore):
             self._abandoned.pop(session_id, None)
             if release_lease_of is not None and self._holds(session_id, release_lease_of):
                 del self._leases[session_id]
+            left = self._state_out(session_id)
         return CommitResult(
             checkpoint_id=record.checkpoint_id,
             new_version=new_version,
+            state=left,
             messages=copy.deepcopy(planned),
         )
 

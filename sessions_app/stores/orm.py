@@ -6,6 +6,7 @@ the locked row are current, and later statements in the transaction see every co
 before the lock, which is what keeps message sequences gap-free and versions honest.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -275,7 +276,15 @@ class ORMSessionStateStore(SessionStateStore):
                 locked = fetch_one(sql.lock_for_commit, [session_id, session_id])
                 if locked is None:
                     raise SessionNotFound(session_id)
-                version, message_count, lease_holder, history_revision, *last = locked
+                (
+                    version,
+                    message_count,
+                    lease_holder,
+                    history_revision,
+                    flag_reason,
+                    flag_set_at,
+                    *last,
+                ) = locked
                 _check_version(session_id, expected_version, version)
                 planned = _plan_messages(session_id, messages, now, last=last)
                 fields = rules.state_fields(state)
@@ -283,7 +292,7 @@ class ORMSessionStateStore(SessionStateStore):
                 refused = error
             else:
                 with pipelined():  # Nothing below reads a result: one round trip for all.
-                    new_version, checkpoint_id = self._write_commit(
+                    committed, checkpoint_id = self._write_commit(
                         session_id,
                         state,
                         fields,
@@ -299,15 +308,15 @@ class ORMSessionStateStore(SessionStateStore):
                     )
         if refused is not None:
             raise refused
+        revision = history_revision + bool(planned)
+        flag = None if flag_set_at is None else _read_flag(flag_reason, flag_set_at)
         return CommitResult(
             checkpoint_id=checkpoint_id,
-            new_version=new_version,
+            new_version=committed.version,
+            state=dataclasses.replace(committed, interrupt_flag=flag, updated_at=now),
             messages=planned,
-            history_revision=(
-                history_revision + bool(planned)
-                if history_revision == expected_history_revision
-                else None
-            ),
+            history_revision=revision if history_revision == expected_history_revision else None,
+            revision=revision,
         )
 
     def _write_commit(
@@ -325,8 +334,9 @@ class ORMSessionStateStore(SessionStateStore):
         release: bool,
         staged: list[tuple[Any, ...]],
         forget_tool_calls: bool,
-    ) -> tuple[int, str]:
-        """Write a checked step commit in the open transaction; return version and checkpoint."""
+    ) -> tuple[SessionState, str]:
+        """Write a checked step commit in the open transaction; return the session as it left
+        it (`rules.committed_state`) and the checkpoint's id."""
         sql = statements(connection.vendor)
         _store_messages(session_id, planned, now)
         message_count += len(planned)
@@ -335,9 +345,15 @@ class ORMSessionStateStore(SessionStateStore):
             lease |= {"lease_holder": "", "lease_expires_at": None}
         history = {"history_revision": history_revision + 1} if planned else {}
         new_version = _write_state(
-            session_id, version, message_count=message_count, **_columns(fields), **lease, **history
+            session_id,
+            version,
+            now=now,
+            message_count=message_count,
+            **_columns(fields),
+            **lease,
+            **history,
         )
-        snapshot = rules.checkpoint_snapshot(state, fields, new_version, message_count)
+        committed = rules.committed_state(state, fields, new_version, message_count)
         checkpoint_id = models.generate_id()
         # The step's changes staged before its commit are promoted first; then its own are
         # written promoted, each replacing an earlier change of its call.
@@ -356,7 +372,7 @@ class ORMSessionStateStore(SessionStateStore):
             checkpoint.step_count,
             message_count,
             checkpoint.stream_sequence,
-            _CHECKPOINT_STATE.get_db_prep_save(snapshot, connection),
+            _CHECKPOINT_STATE.get_db_prep_save(committed.snapshot(), connection),
             connection.ops.adapt_datetimefield_value(now),
             _CHECKPOINT_TIMINGS.get_db_prep_save(checkpoint.timings, connection),
         ]
@@ -370,7 +386,7 @@ class ORMSessionStateStore(SessionStateStore):
         )
         if forget_tool_calls:
             execute(sql.forget_tool_calls, [session_id, checkpoint.step_id])
-        return new_version, checkpoint_id
+        return committed, checkpoint_id
 
     # Atomic operations
 
@@ -474,8 +490,13 @@ class ORMSessionStateStore(SessionStateStore):
 
     def claim_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
         sql = statements(connection.vendor).claim_step
-        if sql is None:
-            return super().claim_step(session_id, holder, ttl)
+        if sql is None:  # SQLite: the default claim, and the history revision under the lease.
+            claim = super().claim_step(session_id, holder, ttl)
+            if claim is None:
+                return None
+            revisions = models.AgentSession.objects.filter(pk=session_id)
+            revision = revisions.values_list("history_revision", flat=True).first()
+            return dataclasses.replace(claim, history_revision=revision)
         now = timezone.now()
         expires_at = now + timedelta(seconds=ttl)
         params = [session_id, holder, expires_at, holder, holder, now]
@@ -492,20 +513,6 @@ class ORMSessionStateStore(SessionStateStore):
         return StepClaim(
             lease=lease,
             state=state,
-            run=_claimed_run(row),
-            history_revision=row.history_revision,
-        )
-
-    def resume_step(self, session_id: str, holder: str, ttl: float) -> StepClaim | None:
-        # One read, no write: the lease was kept, and the step's watcher renews it.
-        found = _fetch_named(statements(connection.vendor).resume_step, [session_id, holder])
-        if found is None:
-            return None
-        row = _read_session_row(found)
-        lease = Lease(version=row.version, taken_over=False, abandoned=row.lease_abandoned)
-        return StepClaim(
-            lease=lease,
-            state=_session_state(row, row.interrupt_flag),
             run=_claimed_run(row),
             history_revision=row.history_revision,
         )
@@ -1277,10 +1284,13 @@ def _insert_session(row: models.AgentSession) -> bool:
         return cursor.rowcount == 1
 
 
-def _write_state(session_id: str, version: int, **columns: Any) -> int:
-    """Write state columns of a locked session with the next version; return that version."""
+def _write_state(
+    session_id: str, version: int, *, now: datetime | None = None, **columns: Any
+) -> int:
+    """Write state columns of a locked session with the next version, updated `now` (by
+    default, the present); return that version."""
     names = ("version", "updated_at", *columns)
-    values = (version + 1, timezone.now(), *columns.values())
+    values = (version + 1, now or timezone.now(), *columns.values())
     execute(
         update_row(models.AgentSession, names),
         [*db_values(models.AgentSession, names, values), session_id],

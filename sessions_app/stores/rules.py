@@ -154,15 +154,12 @@ def state_fields(state: SessionState) -> dict[str, Any]:
     return fields
 
 
-def checkpoint_snapshot(
+def committed_state(
     state: SessionState, fields: dict[str, Any], version: int, message_count: int
-) -> dict[str, Any]:
-    """Return the snapshot a checkpoint keeps of `state`, committed with `fields` at `version`.
-
-    `fields` are the normalized fields `state_fields(state)` returned for the commit.
-    """
-    committed = dataclasses.replace(state, **fields, version=version, message_count=message_count)
-    return committed.snapshot()
+) -> SessionState:
+    """Return `state` as a commit of `fields` (`state_fields(state)`) at `version` leaves it;
+    its `snapshot()` is what the commit's checkpoint keeps."""
+    return dataclasses.replace(state, **fields, version=version, message_count=message_count)
 
 
 def apply_merge_ops(

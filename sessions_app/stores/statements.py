@@ -7,11 +7,11 @@ database work and not for compiling a dozen queries, which the benchmark (bench/
 costing more than that work. A run's start reads its session (with the interrupt flag) and its
 current run in the columns the store converts itself, as the claim returns them. The others do
 in one round trip what the ORM would do in several: the claim (`claim_step`, PostgreSQL only)
-takes a step lease and reads the session, its interrupt flag and its current run, and the
-resumption of a kept lease (`resume_step`) reads them without writing; the commit's
-lock reads the session's last message beside its row, and its writes, which read nothing
-back, go to PostgreSQL together (`sessions_app.connections.pipelined`); a batch of tool call
-records, lease renewals or interrupt flags is one statement. The naming helpers serve the
+takes a step lease and reads the session, its interrupt flag and its current run; the
+commit's lock reads the session's interrupt flag and last message beside its row, and its
+writes, which read nothing back, go to PostgreSQL together
+(`sessions_app.connections.pipelined`); a batch of tool call records, lease renewals or
+interrupt flags is one statement. The naming helpers serve the
 stream append's statements too."""
 
 import functools
@@ -59,7 +59,8 @@ QUEUED_RUN_FIELDS = ("run_id", "session", "input", "queued_at")
 @dataclass(frozen=True)
 class Statements:
     # Locks a session's row; returns its version, message count, lease holder and history
-    # revision, and the id and sequence of its last message.
+    # revision, the reason and time of its interrupt flag (nulls without one), and the id and
+    # sequence of its last message.
     lock_for_commit: str
     # Returns the id and sequence of a session's last message.
     last_message: str
@@ -72,9 +73,6 @@ class Statements:
     promote_staged_and_insert_checkpoint: str | None
     # Takes a free or expired step lease (PostgreSQL only; `claim_step` composes it elsewhere).
     claim_step: str | None
-    # Reads, without writing, what a claim returns but `previous_holder`, if the holder given
-    # holds the lease. Parameters: session id, holder.
-    resume_step: str
     # Reads a session's compactions (COMPACTION_FIELDS) in the order they were added.
     compactions: str
     # Sets a begun tool call's outcome.
@@ -175,8 +173,9 @@ def statements(vendor: str) -> Statements:
             f"{qualified(session, 'message_count')} AS {quote('message_count')}, "
             f"{qualified(session, 'lease_holder')} AS {quote('lease_holder')}, "
             f"{qualified(session, 'history_revision')} AS {quote('history_revision')}, "
-            f"last.{column(message, 'id')}, last.{column(message, 'sequence')} "
-            f"FROM {table(session)} LEFT JOIN (SELECT {column(message, 'id')}, "
+            f"{_flag_columns()}, last.{column(message, 'id')}, last.{column(message, 'sequence')} "
+            f"FROM {table(session)} {_flag_join(qualified(session, 'id'))} "
+            f"LEFT JOIN (SELECT {column(message, 'id')}, "
             f"{column(message, 'sequence')} FROM {table(message)} "
             f"WHERE {column(message, 'session')} = %s "
             f"ORDER BY {column(message, 'sequence')} DESC LIMIT 1) AS last ON TRUE "
@@ -195,7 +194,6 @@ def statements(vendor: str) -> Statements:
             else None
         ),
         claim_step=_claim_step() if vendor == "postgresql" else None,
-        resume_step=_resume_step(),
         compactions=(
             f"SELECT {', '.join(column(compaction, name) for name in COMPACTION_FIELDS)} "
             f"FROM {table(compaction)} WHERE {column(compaction, 'session')} = %s "
@@ -336,27 +334,6 @@ def _claim_step() -> str:
         f"{_flag_join(f'claimed.{identifier}')} "
         f"LEFT JOIN LATERAL (SELECT * FROM {table(run)} WHERE {column(run, 'session')} = "
         f"claimed.{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1) AS run ON TRUE"
-    )
-
-
-def _resume_step() -> str:
-    """Return the read of a kept step lease: the session's row, its flag and its current run (as
-    `_claim_step` returns them), if the holder given still holds the lease.
-
-    Parameters: session id, holder. It returns no row when the session is missing or its
-    lease has another holder, or none.
-    """
-    session, run = models.AgentSession, models.Run
-    identifier = qualified(session, "id")
-    current = (
-        f"SELECT {column(run, 'id')} FROM {table(run)} WHERE {column(run, 'session')} = "
-        f"{identifier} ORDER BY {column(run, 'turn')} DESC LIMIT 1"
-    )
-    return (
-        f"SELECT {table(session)}.*, {_flag_columns()}, {_run_columns()} FROM {table(session)} "
-        f"{_flag_join(identifier)} "
-        f"LEFT JOIN {table(run)} AS run ON run.{column(run, 'id')} = ({current}) "
-        f"WHERE {identifier} = %s AND {qualified(session, 'lease_holder')} = %s"
     )
 
 

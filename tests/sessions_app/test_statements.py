@@ -63,7 +63,7 @@ def test_each_statement_matches_the_orm_on_this_database():
     assert compiled_by_orm(promote_staged) == [sql.promote_staged]
 
 
-def test_the_commit_lock_reads_the_session_its_history_revision_and_its_last_message():
+def test_the_commit_lock_reads_the_session_its_interrupt_flag_and_its_last_message():
     session = models.AgentSession.objects.create(agent_type="assistant", lease_holder="w")
     lock = statements(connection.vendor).lock_for_commit
 
@@ -72,14 +72,25 @@ def test_the_commit_lock_reads_the_session_its_history_revision_and_its_last_mes
             cursor.execute(lock, [session.pk, session.pk])
             return cursor.fetchone()
 
-    assert locked() == (session.version, 0, "w", 0, None, None)
+    assert locked() == (session.version, 0, "w", 0, None, None, None, None)
     for sequence in (1, 2):
         models.Message.objects.create(
             id=f"m{sequence}", session=session, sequence=sequence, role="user"
         )
     session.message_count, session.history_revision = 2, 3
     session.save(update_fields=["message_count", "history_revision"])
-    assert locked() == (session.version, 2, "w", 3, "m2", 2)
+    models.InterruptFlag.objects.create(session=session, reason="Stop.")
+    version, count, holder, revision, reason, set_at, *last = locked()
+    assert (version, count, holder, revision, reason, *last) == (
+        session.version,
+        2,
+        "w",
+        3,
+        "Stop.",
+        "m2",
+        2,
+    )
+    assert set_at is not None
 
 
 def test_checkpoint_columns_follow_the_model():
@@ -232,25 +243,6 @@ def test_a_session_created_in_a_transaction_is_one_insert_without_a_savepoint():
     assert len(refusing) == 1
     assert store.load_state("s-1").agent_type == "assistant"
     assert store.session_exists("s-2")
-
-
-def test_a_kept_lease_is_resumed_in_one_read():
-    """The next step of a run whose task kept the lease reads the session, its flag and its
-    current run in one statement, and writes nothing."""
-    store = ORMSessionStateStore()
-    session = models.AgentSession.objects.create(agent_type="assistant", lease_holder="w")
-    store.create_run(session.pk, "run-1")
-    store.create_run(session.pk, "run-2")
-    store.set_interrupt_flag(session.pk, "Stop.")
-
-    with CaptureQueriesContext(connection) as resuming:
-        resumed = store.resume_step(session.pk, "w", ttl=30)
-
-    assert [q["sql"].split()[0] for q in resuming] == ["SELECT"]
-    assert resumed.state == store.load_state(session.pk)
-    assert resumed.run == store.get_current_run(session.pk)
-    assert resumed.run.run_id == "run-2"
-    assert resumed.lease.version == session.version
 
 
 def test_a_history_read_looks_for_compactions_only_where_the_session_has_some():

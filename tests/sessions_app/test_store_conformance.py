@@ -652,11 +652,16 @@ def test_step_commit_returns_its_messages_as_stored(store, session_id):
 
 @pytest.fixture
 def revised(store, session_id):
-    """Return a reader of the session's history revision, as a resumed step reads it."""
+    """Return a reader of the session's history revision, as a step's claim reads it."""
     if not store.supports_history_revisions:
         pytest.skip(f"{type(store).__name__} keeps no history revisions")
-    store.acquire_lease(session_id, "holder", 60)
-    return lambda: store.resume_step(session_id, "holder", 60).history_revision
+
+    def read() -> int:
+        revision = store.claim_step(session_id, "holder", 60).history_revision
+        store.release_lease(session_id, "holder")
+        return revision
+
+    return read
 
 
 def test_the_database_store_keeps_history_revisions():
@@ -1511,31 +1516,37 @@ def test_a_step_claim_reads_the_current_run(store, session_id):
     )
 
 
-def test_a_kept_step_lease_is_resumed_by_its_holder_alone_and_taken_by_nobody(store, session_id):
+def test_a_step_commit_returns_the_session_as_it_left_it(store, session_id):
+    """The commit hands what the run's next step under the kept lease goes on with: the
+    session as stored then, with the interrupt flag set during the step, and its history
+    revision; the lease stays its holder's."""
     store.create_run(session_id, "run-1", metadata={"firstStep": 1})
-    store.claim_step(session_id, "worker-a", ttl=30)
-    store.save_state_and_promote_staging(  # Step 1 commits; worker-a keeps the lease.
-        session_id,
-        store.load_state(session_id),
-        [],
-        CheckpointMeta(step_id="run-1:1", step_count=1, stream_sequence=0),
-    )
+    claim = store.claim_step(session_id, "worker-a", ttl=30)
     store.set_interrupt_flag(session_id, "enough")
-    committed = store.load_state(session_id)
+    state = dataclasses.replace(claim.state, step_count=1, custom_state={"k": 1})
 
-    resumed = store.resume_step(session_id, "worker-a", ttl=30)
+    committed = store.save_state_and_promote_staging(  # Step 1 commits; worker-a keeps it.
+        session_id,
+        state,
+        [assistant("a")],
+        CheckpointMeta(step_id="run-1:1", step_count=1, stream_sequence=0),
+        expected_version=claim.lease.version,
+        expected_history_revision=claim.history_revision,
+    )
 
-    assert resumed.lease == Lease(version=committed.version, taken_over=False)
-    assert resumed.state == committed
-    assert resumed.state.interrupt_flag.reason == "enough"
-    assert resumed.run == store.get_current_run(session_id)
-    assert resumed.run.run_id == "run-1"
-    assert store.load_state(session_id).version == committed.version  # Nothing taken.
-    assert store.resume_step(session_id, "worker-b", ttl=30) is None
+    assert committed.state == store.load_state(session_id)
+    assert committed.state.interrupt_flag.reason == "enough"
+    assert (committed.state.version, committed.state.custom_state) == (
+        committed.new_version,
+        {"k": 1},
+    )
     assert store.claim_step(session_id, "worker-b", ttl=30) is None  # Still worker-a's.
-    assert store.resume_step("missing", "worker-a", ttl=30) is None
-    assert store.release_lease(session_id, "worker-a")
-    assert store.resume_step(session_id, "worker-a", ttl=30) is None  # Free: to be claimed.
+    if store.supports_history_revisions:
+        assert store.release_lease(session_id, "worker-a")
+        again = store.claim_step(session_id, "worker-a", ttl=30)
+        assert committed.revision == committed.history_revision == again.history_revision
+    else:
+        assert committed.revision is None
 
 
 def test_leases_are_renewed_together_for_the_holders_that_still_hold_them(store, session_id):
