@@ -212,7 +212,7 @@ class RawSessionStore:
                     ),
                 )
         committed = dataclasses.replace(state, version=version, message_count=message_count)
-        return CommitResult(checkpoint_id=checkpoint_id, new_version=version, state=committed)
+        return CommitResult(checkpoint_id=checkpoint_id, state=committed)
 
 
 def _fetch(cursor: psycopg.Cursor, query: str, session_id: str) -> tuple[Any, ...]:

@@ -212,7 +212,7 @@ class Stepper:
             CheckpointMeta(step_id=f"step-{step}", step_count=step, stream_sequence=step * 10),
             expected_version=self.version,
         )
-        self.version = result.new_version
+        self.version = result.state.version
 
 
 def _new_session() -> SessionState:

@@ -70,7 +70,7 @@ class Ending:
         is the commit's (nothing to read again), and the active branch the commit left, when
         the step read it and nothing else changed the session's history since its claim."""
         claim = StepClaim(
-            lease=Lease(version=committed.new_version, taken_over=False),
+            lease=Lease(version=committed.state.version, taken_over=False),
             state=committed.state,
             run=self.run_record,
             history_revision=committed.revision,
@@ -251,7 +251,7 @@ class Ending:
             )
             get_usage_store().add_entries(self._usage(reply, outcomes), sessions_locked=True)
             if custom_state != self.state.custom_state:  # Tools wrote it: tell its clients.
-                stored = AgentState(state=custom_state, version=committed.new_version)
+                stored = AgentState(state=custom_state, version=committed.state.version)
                 transaction.on_commit(lambda: broadcast_state(self.session_id, stored))
         metrics.STEPS_COMMITTED.labels(self.state.agent_type).inc()
         return committed

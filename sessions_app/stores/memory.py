@@ -282,7 +282,6 @@ class InMemorySessionStateStore(SessionStateStore):
             left = self._state_out(session_id)
         return CommitResult(
             checkpoint_id=record.checkpoint_id,
-            new_version=new_version,
             state=left,
             messages=copy.deepcopy(planned),
         )

@@ -312,7 +312,6 @@ class ORMSessionStateStore(SessionStateStore):
         flag = None if flag_set_at is None else _read_flag(flag_reason, flag_set_at)
         return CommitResult(
             checkpoint_id=checkpoint_id,
-            new_version=committed.version,
             state=dataclasses.replace(committed, interrupt_flag=flag, updated_at=now),
             messages=planned,
             history_revision=revision if history_revision == expected_history_revision else None,

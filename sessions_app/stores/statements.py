@@ -11,8 +11,8 @@ takes a step lease and reads the session, its interrupt flag and its current run
 commit's lock reads the session's interrupt flag and last message beside its row, and its
 writes, which read nothing back, go to PostgreSQL together
 (`sessions_app.connections.pipelined`); a batch of tool call records, lease renewals or
-interrupt flags is one statement. The naming helpers serve the
-stream append's statements too."""
+interrupt flags is one statement. The naming helpers serve the stream append's statements
+too."""
 
 import functools
 from collections.abc import Sequence

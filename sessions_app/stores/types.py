@@ -317,19 +317,20 @@ class Checkpoint:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CommitResult:
-    """What a step commit wrote: its checkpoint, the new version and the messages as stored.
+    """What a step commit wrote: its checkpoint, the session as it left it and the messages as
+    stored.
 
     `history_revision` is the session's history revision after the commit when it found the
     revision the caller expected (nothing else wrote the session's messages or compactions
     since), and `None` otherwise or when the backend keeps no revisions.
 
-    `state` is the session as the commit left it, with the interrupt flag it found under its
-    lock, and `revision` its history revision then (`None` without revisions): what a run's
-    next step under a kept lease goes on with, rather than read them again.
+    `state` is the session as the commit left it (its new version included), with the interrupt
+    flag it found under its lock, and `revision` its history revision then (`None` without
+    revisions): what a run's next step under a kept lease goes on with, rather than read them
+    again.
     """
 
     checkpoint_id: str
-    new_version: int
     state: SessionState
     messages: list[Message] = field(default_factory=list)
     history_revision: int | None = None

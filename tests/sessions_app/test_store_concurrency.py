@@ -80,7 +80,7 @@ def test_of_two_writers_with_one_expected_version_exactly_one_commits(store, ses
         winner = results.index(commits[0])
         loaded = store.load_state(session_id)
         assert loaded.custom_state == {"writer": winner}
-        assert loaded.version == state.version + 1 == commits[0].new_version
+        assert loaded.version == state.version + 1 == commits[0].state.version
         assert conflicts[0].current_version == state.version + 1
         last = store.get_messages(session_id, offset=round_number, limit=10).messages
         assert [m.content for m in last] == [f"round {round_number} by {winner}"]

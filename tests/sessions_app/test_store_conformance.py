@@ -465,7 +465,7 @@ def test_step_commit_appends_writes_promotes_and_checkpoints_together(store, ses
     )
 
     loaded = store.load_state(session_id)
-    assert result.new_version == state.version + 1 == loaded.version
+    assert result.state.version == state.version + 1 == loaded.version
     assert (loaded.custom_state, loaded.step_count, loaded.message_count) == (
         {"notes": ["n"]},
         1,
@@ -482,7 +482,7 @@ def test_step_commit_appends_writes_promotes_and_checkpoints_together(store, ses
     )
     assert (checkpoint.message_count, checkpoint.run_id) == (3, "run-1")
     assert checkpoint.state["custom_state"] == {"notes": ["n"]}
-    assert checkpoint.state["version"] == result.new_version
+    assert checkpoint.state["version"] == result.state.version
     assert checkpoint.state["message_count"] == 3
 
     promoted = store.get_staged_changes(session_id, step_id="step-1")
@@ -1536,10 +1536,8 @@ def test_a_step_commit_returns_the_session_as_it_left_it(store, session_id):
 
     assert committed.state == store.load_state(session_id)
     assert committed.state.interrupt_flag.reason == "enough"
-    assert (committed.state.version, committed.state.custom_state) == (
-        committed.new_version,
-        {"k": 1},
-    )
+    assert committed.state.version == claim.lease.version + 1
+    assert committed.state.custom_state == {"k": 1}
     assert store.claim_step(session_id, "worker-b", ttl=30) is None  # Still worker-a's.
     if store.supports_history_revisions:
         assert store.release_lease(session_id, "worker-a")

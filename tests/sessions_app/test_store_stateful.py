@@ -402,7 +402,7 @@ class StoreMachine(RuleBasedStateMachine):
         planned = model.plan_append(messages)
         result = commit()
         self.write_state(session_id)
-        assert result.new_version == model.version
+        assert result.state.version == model.version
         model.messages += planned
         model.status, model.step_count = state.status, state.step_count
         model.custom_state = state.custom_state
