@@ -221,5 +221,10 @@ class FloorTables:
         sql = "SELECT count(*) FROM bench_floor_session WHERE id = ANY(%s) AND done"
         return self.database.execute(sql, [ids]).fetchone()[0]
 
+    def ended_among(self, ids: list[str]) -> list[str]:
+        """Return those of the sessions that have taken their last step."""
+        sql = "SELECT id FROM bench_floor_session WHERE id = ANY(%s) AND done"
+        return [session_id for (session_id,) in self.database.execute(sql, [ids])]
+
     def _drop(self) -> None:
         self.database.execute(f"DROP TABLE IF EXISTS {', '.join(_TABLES)}")

@@ -65,7 +65,6 @@ from bench.steps import (
     Workers,
     floor_steps_per_second,
     steps_per_second,
-    timed,
     workers,
 )
 from bench.streams import DAPHNE_APPLICATION_NAME, daphne_env
@@ -257,23 +256,16 @@ def _floor_in_flight(
 ) -> FloorInFlight:
     """Start `size` raw waiting chains as ours start, wait for all to end; return the figures."""
     session_ids = floor.new_sessions(size)
-    starting = 0.0
-
-    def start() -> None:
-        nonlocal starting
+    with _CpuMeter(running, None, size * agents.WAITER_STEPS) as cpu:
         began = time.perf_counter()
         _from_start_threads(
             lambda session_id: floor_start(session_id, agents.WAITER_STEPS, model_seconds),
             session_ids,
         )
         starting = time.perf_counter() - began
-
-    def ended() -> bool:
-        return floor.done(session_ids) == size
-
-    with _CpuMeter(running, None, size * agents.WAITER_STEPS) as cpu:
-        rate = timed(size, start, ended, steps_per_run=agents.WAITER_STEPS)
-    return FloorInFlight(rate, starting, cpu)
+        _wait_until_ended(session_ids, floor.ended_among)
+        elapsed = time.perf_counter() - began
+    return FloorInFlight(size * agents.WAITER_STEPS / elapsed, starting, cpu)
 
 
 @dataclass
@@ -323,7 +315,7 @@ async def _run_and_follow(
         started = time.perf_counter()
         run_ids = await asyncio.to_thread(_start_all, owner, session_ids)
         starting = time.perf_counter() - started
-        await asyncio.to_thread(_wait_until_ended, run_ids)
+        await asyncio.to_thread(_wait_for_runs, run_ids)
         elapsed = time.perf_counter() - started
     await asyncio.wait_for(following, 60)
     return clients, starting, elapsed
@@ -361,25 +353,39 @@ def _from_start_threads[Started](
         return list(pool.map(start, session_ids))
 
 
-def _wait_until_ended(run_ids: list[str]) -> None:
-    """Return once every run ended; raise if one failed or they take too long.
+def _wait_for_runs(run_ids: list[str]) -> None:
+    """Return once every run ended; raise if one failed or they take too long."""
+    with connect(connection.settings_dict, like_django=False) as database:
 
-    It looks at the runs still going, more often as they get fewer: the last one's end is
-    seen within about 10 ms, and a thousand runs are not read a hundred times a second.
+        def ended_among(going: list[str]) -> list[str]:
+            rows = database.execute(_ENDED_RUNS, [going, Run.Status.RUNNING.value]).fetchall()
+            failed = sorted({error for _, status, error in rows if status == Run.Status.FAILED})
+            if failed:
+                raise RuntimeError(f"Benchmark runs failed: {failed[:3]}")
+            return [run_id for run_id, _, _ in rows]
+
+        _wait_until_ended(run_ids, ended_among)
+
+
+_ENDED_RUNS = (
+    f"SELECT id, status, error FROM {Run._meta.db_table} WHERE id = ANY(%s) AND status <> %s"
+)
+
+
+def _wait_until_ended(ids: list[str], ended_among: Callable[[list[str]], list[str]]) -> None:
+    """Return once `ended_among` has named each of `ids` (runs, or the floor's chains) as ended.
+
+    Each look asks only after those still going, and looks more often as they get fewer: the
+    last one's end is seen within about 10 ms, and a thousand are not read a hundred times a
+    second. Ours and the floor's are watched alike, on a connection of their own, so that
+    neither pays more than the other for being watched.
     """
     deadline = time.monotonic() + RUN_TIMEOUT
-    going = list(run_ids)
-    try:
-        while going:
-            rows = Run.objects.filter(pk__in=going).values_list("pk", "status", "error")
-            if failed := {error for _, status, error in rows if status == Run.Status.FAILED}:
-                raise RuntimeError(f"Benchmark runs failed: {sorted(failed)[:3]}")
-            going = [pk for pk, status, _ in rows if status == Run.Status.RUNNING]
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(going)} runs did not end within {RUN_TIMEOUT:.0f} s")
-            time.sleep(0.01 + len(going) / 10_000)
-    finally:
-        connections.close_all()
+    going = set(ids)
+    while going := going - set(ended_among(list(going))):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(going)} runs did not end within {RUN_TIMEOUT:.0f} s")
+        time.sleep(0.01 + len(going) / 10_000)
 
 
 def _overheads_ms(run_ids: list[str]) -> list[float]:
@@ -628,7 +634,7 @@ def _fairness_table(owner, options: Options) -> Table:
         )
         time.sleep(1.0)  # It is under way, holding a thread, when the short runs start.
         beside = _short_runs_ms(owner, shorts)
-        _wait_until_ended([marathon.run_id])
+        _wait_for_runs([marathon.run_id])
     p99_alone, p99_beside = _quantile(alone, 0.99), _quantile(beside, 0.99)
     return Table(
         title="Fairness: one-step runs beside a long run",
@@ -653,7 +659,7 @@ def _short_runs_ms(owner, count: int) -> list[float]:
         agent_start(user=owner, agent_type=agents.ONCE_AGENT_TYPE, message="Once.").run_id
         for _ in range(count)
     ]
-    _wait_until_ended(run_ids)
+    _wait_for_runs(run_ids)
     rows = Run.objects.filter(pk__in=run_ids).values_list("started_at", "completed_at")
     return [(done - began).total_seconds() * 1000 for began, done in rows]
 
