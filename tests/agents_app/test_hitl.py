@@ -18,10 +18,10 @@ from tests.agents_app.test_api_chat import post_chat
 from tests.agents_app.test_runtime import (
     chunk_types,
     finished,
-    wait_for,
     worker,  # noqa: F401 (a fixture)
 )
 from tests.agents_app.worker import Worker
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SUSPENDED = {SessionStatus.SUSPENDED_CLIENT_TOOL, SessionStatus.SUSPENDED_STEP_PARTIAL}

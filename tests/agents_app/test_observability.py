@@ -19,10 +19,10 @@ from agents_app.runtime import executor
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus
 from tests.agents_app import agents  # noqa: F401 (registers the agents below)
-from tests.agents_app.test_runtime import wait_for
 from tests.agents_app.worker import Worker
 from tests.live import free_port
 from tests.streams_app.test_consumer import connect
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

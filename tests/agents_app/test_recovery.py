@@ -15,9 +15,9 @@ from helix_project.celery import app
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus
 from tests.agents_app import agents  # noqa: F401 (registers the asker)
-from tests.agents_app.test_runtime import wait_for
 from tests.agents_app.worker import Worker
 from tests.threads import run_in_threads
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
 

@@ -13,9 +13,9 @@ from tests.agents_app.test_runtime import (
     chunk_types,
     finished,
     text_of,
-    wait_for,
     worker,  # noqa: F401 (a fixture)
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

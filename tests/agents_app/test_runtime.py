@@ -13,6 +13,7 @@ from sessions_app.usage import get_usage_store
 from streams_app.backends import get_stream_manager
 from tests.agents_app.agents import LONG_TEXT
 from tests.agents_app.worker import Worker
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,16 +33,6 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory):
         ).start()
     yield running
     running.stop()
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "the run"):
-    """Poll `predicate` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := predicate():
-            return result
-        time.sleep(0.05)
-    pytest.fail(f"Timed out waiting for {what}.")
 
 
 def finished(session_id: str):

@@ -17,9 +17,9 @@ from streams_app.backends import get_stream_manager
 from tests.agents_app.test_runtime import (
     finished,
     text_of,
-    wait_for,
     worker,  # noqa: F401 (a fixture)
 )
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

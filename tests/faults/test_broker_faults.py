@@ -25,6 +25,7 @@ from tests.agents_app import agents  # noqa: F401 (registers the `steady` agent)
 from tests.agents_app.worker import Supervisor, sending_to
 from tests.faults.test_worker_faults import transcript, wait_until_finished
 from tests.services import RABBITMQ_URL, require
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("backends")]
 
@@ -74,13 +75,6 @@ def wait_for_progress(session_ids: list[str], steps: int, timeout: float = 60) -
     pytest.fail(f"the runs committed {done} of {steps} steps within {timeout:.0f} s")
 
 
-def wait_for(condition, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
-        time.sleep(0.05)
-
-
 def outcome(session_ids: list[str], expected) -> dict[str, list[str]]:
     """Return each run's problems: what differs from the clean run."""
     store, found = get_session_store(), {}
@@ -118,7 +112,7 @@ def test_a_redis_broker_that_loses_its_queues_mid_run_loses_no_run(tmp_path, own
         # Strike as soon as steps wait in the queue while the workers run others: the runs
         # are quick, so only a cheap look at the queue catches the moment on a busy machine.
         queue = workers.workers[0].queue
-        wait_for(lambda: broker.llen(queue) >= RUNS // 3, "steps queued")
+        wait_for(lambda: broker.llen(queue) >= RUNS // 3, what="steps queued")
         # What a restart without persistence empties: the queue and the unacknowledged steps.
         with broker.pipeline() as lost:
             lost.llen(workers.workers[0].queue).hlen("unacked").flushdb()

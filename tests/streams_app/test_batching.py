@@ -12,6 +12,7 @@ from django.db import connection, connections, transaction
 from streams_app.backends.batching import BatchedWriter, Flusher
 from streams_app.backends.orm import ORMStreamManager
 from streams_app.errors import WriterSuperseded
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,13 +41,6 @@ def stored(manager, stream_id: str) -> list[str]:
     return [c.chunk["delta"] for c in manager.get_all_chunks(stream_id)]
 
 
-def eventually(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "not within the time allowed"
-        time.sleep(0.01)
-
-
 @pytest.fixture
 def manager() -> CountingManager:
     return CountingManager()
@@ -70,7 +64,12 @@ def test_queued_chunks_of_several_streams_are_stored_together_within_the_delay(m
         for writer in writers:
             writer.write(text(f"{writer.stream_id}-{n}"))
     assert all(stored(manager, w.stream_id) == [] for w in writers)  # Queued, not stored yet.
-    eventually(lambda: all(len(stored(manager, w.stream_id)) == 3 for w in writers))
+    wait_for(
+        lambda: all(len(stored(manager, w.stream_id)) == 3 for w in writers),
+        timeout=5.0,
+        what="every chunk stored",
+        interval=0.01,
+    )
 
     assert time.monotonic() - written_at < DELAY + 1.0
     assert manager.calls == [["one", "two", "three"]]  # One call for every stream's chunks.
@@ -122,7 +121,7 @@ def test_a_held_writer_is_left_alone_until_it_is_let_go(manager, flusher):
         writer.write(text("a"))
         time.sleep(DELAY * 4)
         assert stored(manager, "st") == []
-    eventually(lambda: stored(manager, "st") == ["a"])
+    wait_for(lambda: stored(manager, "st") == ["a"], timeout=5.0, what="the chunk", interval=0.01)
 
 
 def test_a_refusal_the_flusher_met_is_raised_to_the_writers_owner(manager, flusher):
@@ -138,7 +137,8 @@ def test_a_refusal_the_flusher_met_is_raised_to_the_writers_owner(manager, flush
             return True
         return False
 
-    eventually(lambda: manager.calls)  # The flusher took it; a flush now waits for its result.
+    # The flusher took it; a flush now waits for its result.
+    wait_for(lambda: manager.calls, timeout=5.0, what="the flusher's write", interval=0.01)
     assert refused()
     assert manager.calls == [["st"]]
     with pytest.raises(WriterSuperseded):

@@ -27,6 +27,7 @@ from tests.agents_app.mcp import mcp_agents
 from tests.agents_app.worker import Worker
 from tests.live import free_port, live_env
 from tests.live_clients import Daphne
+from tests.waiting import wait_for
 
 AGENTS = "agents_app.demo,tests.agents_app.agents,tests.agents_app.mcp.mcp_agents"
 FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.INTERRUPTED}
@@ -119,16 +120,6 @@ def daphne(worker: Worker, tmp_path_factory) -> Iterator[Daphne]:
     server.start()
     yield server
     server.stop()
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "it"):
-    """Poll `predicate` until it returns something truthy; return that."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if result := predicate():
-            return result
-        time.sleep(0.05)
-    pytest.fail(f"Timed out waiting for {what}.")
 
 
 def settled(session_id: str, statuses=FINISHED, timeout: float = 30.0):

@@ -14,7 +14,7 @@ from rest_framework.authtoken.models import Token
 from agents_app.runs.services import agent_session_create
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
-from tests.agents_app.mcp.conftest import wait_for
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

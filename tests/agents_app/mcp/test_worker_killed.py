@@ -18,9 +18,9 @@ from tests.agents_app.mcp.conftest import (
     plan,
     settled,
     stream_chunks,
-    wait_for,
 )
 from tests.agents_app.worker import Worker
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
