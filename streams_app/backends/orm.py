@@ -95,26 +95,20 @@ class ORMStreamManager(StreamManager):
         reserve_params = [len(chunks), len(chunks), stream_id, ACTIVE, *fence]
         if sql.append is not None and self.max_chunks is None:
             # One statement reserves and inserts: one round trip, atomic on its own.
+            rows = _json_rows(
+                {"position": n, "step": c["step"], "type": c["type"], "body": c}
+                for n, c in enumerate(chunks, 1)
+            )
             with connection.cursor() as cursor:
                 cursor.execute(
                     sql.append_fenced if epoch is not None else sql.append,
-                    [
-                        *reserve_params,
-                        stream_id,
-                        len(chunks),
-                        now,
-                        _json_rows(
-                            {"position": n, "step": c["step"], "type": c["type"], "body": c}
-                            for n, c in enumerate(chunks, 1)
-                        ),
-                    ],
+                    [*reserve_params, stream_id, len(chunks), now, rows],
                 )
                 sequences = sorted(sequence for (sequence,) in cursor.fetchall())
             if sequences:
                 sequenced = list(zip(sequences, chunks, strict=True))
-                transaction.on_commit(
-                    functools.partial(bell.ring, stream_id, notice_for(sequenced))
-                )
+                notice = notice_for(sequenced, encoded_within=len(rows))
+                transaction.on_commit(functools.partial(bell.ring, stream_id, notice))
                 return sequences
         to_json = StreamChunk._meta.get_field("chunk").get_db_prep_save
         with transaction.atomic(), connection.cursor() as cursor:
@@ -154,6 +148,17 @@ class ORMStreamManager(StreamManager):
         if sql is None or self.max_chunks is not None or len(batches) < 2:
             return super().append_batches(batches)
         now = connection.ops.adapt_datetimefield_value(timezone.now())
+        rows = _json_rows(
+            {
+                "stream_id": batch.stream_id,
+                "position": n,
+                "step": chunk["step"],
+                "type": chunk["type"],
+                "body": chunk,
+            }
+            for batch in batches
+            for n, chunk in enumerate(batch.chunks, 1)
+        )
         with connection.cursor() as cursor:
             # One statement reserves and inserts for every stream: one round trip, atomic on
             # its own. A batch it cannot store (stream missing, not active, or fenced) reserves
@@ -167,17 +172,7 @@ class ORMStreamManager(StreamManager):
                     ),
                     ACTIVE,
                     now,
-                    _json_rows(
-                        {
-                            "stream_id": batch.stream_id,
-                            "position": n,
-                            "step": chunk["step"],
-                            "type": chunk["type"],
-                            "body": chunk,
-                        }
-                        for batch in batches
-                        for n, chunk in enumerate(batch.chunks, 1)
-                    ),
+                    rows,
                 ],
             )
             reserved = dict(cursor.fetchall())
@@ -190,7 +185,7 @@ class ORMStreamManager(StreamManager):
             last = reserved[batch.stream_id]
             sequences = list(range(last - len(batch.chunks) + 1, last + 1))
             sequenced = list(zip(sequences, batch.chunks, strict=True))
-            rings.append((batch.stream_id, notice_for(sequenced)))
+            rings.append((batch.stream_id, notice_for(sequenced, encoded_within=len(rows))))
             results.append(sequences)
         if rings:  # One ring for all: the bell's lock taken, and its sender woken, once.
             transaction.on_commit(functools.partial(bell.ring_streams, rings))

@@ -21,9 +21,17 @@ def check_can(
         raise StreamClosed(stream_id, status, action)
 
 
-def notice_for(sequenced: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
-    """Return the notice for newly stored chunks: carrying them unless they are large."""
-    size = len(json.dumps([chunk for _, chunk in sequenced], separators=(",", ":")))
+def notice_for(
+    sequenced: list[tuple[int, dict[str, Any]]], *, encoded_within: int | None = None
+) -> dict[str, Any]:
+    """Return the notice for newly stored chunks: carrying them unless they are large.
+
+    `encoded_within` is the length of JSON the caller encoded them in, with more around them
+    (a statement's rows): small enough, it says they are small without encoding them again.
+    """
+    size = encoded_within
+    if size is None or size > MAX_NOTICE_BYTES:  # Measure them on their own.
+        size = len(json.dumps([chunk for _, chunk in sequenced], separators=(",", ":")))
     return (
         notices.chunks_notice(sequenced) if size <= MAX_NOTICE_BYTES else notices.changed_notice()
     )

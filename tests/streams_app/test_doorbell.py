@@ -5,6 +5,7 @@ Readers here poll only every 30 s, so whatever they receive sooner came by notic
 """
 
 import asyncio
+import json
 import logging
 import re
 import threading
@@ -28,6 +29,7 @@ from streams_app.backends.doorbell import (
     stream_group,
 )
 from streams_app.backends.orm import ORMStreamManager
+from streams_app.backends.rules import MAX_NOTICE_BYTES, notice_for
 from streams_app.backends.types import ChunkBatch, ChunkEvent
 from streams_app.chunks import chunk_to_wire
 from streams_app.models import Stream, StreamChunk
@@ -129,6 +131,25 @@ def store_unannounced(stream_id: str, *labels: str) -> list[tuple[int, dict]]:
         last_sequence=rows[-1].sequence, chunk_count=stream.chunk_count + len(rows)
     )
     return [(row.sequence, row.chunk) for row in rows]
+
+
+def test_a_notice_carries_small_chunks_measured_once_and_names_large_ones_only(monkeypatch):
+    small = [(1, text("a"))]
+    large = [(2, text("x" * MAX_NOTICE_BYTES))]
+    encodings = []
+    encode = json.dumps
+    monkeypatch.setattr(
+        json, "dumps", lambda value, **kw: encodings.append(1) or encode(value, **kw)
+    )
+
+    # The rows a statement sent them in were small: they are, and are not encoded again.
+    assert notice_for(small, encoded_within=200) == notices.chunks_notice(small)
+    assert encodings == []
+    # Rows past the limit (other streams' chunks with them) say nothing: they are measured.
+    assert notice_for(small, encoded_within=MAX_NOTICE_BYTES + 1) == notices.chunks_notice(small)
+    assert notice_for(large, encoded_within=MAX_NOTICE_BYTES + 200) == notices.changed_notice()
+    assert notice_for(large) == notices.changed_notice()
+    assert len(encodings) == 3
 
 
 @pytest.mark.django_db(transaction=True)
