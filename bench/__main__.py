@@ -107,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
             for module in (modules[name] for name in args.only or modules):
                 print(module.LEGEND + "\n")
-                # The peers take our steps figures from the tables measured before them.
+                # The peers set the steps benchmark's raw floor with no hop beside theirs.
                 tables = peers.run(options, measured) if module is peers else module.run(options)
                 # Closing a generator cut short by a failure or SIGTERM stops what it started.
                 with closing(tables) as tables:

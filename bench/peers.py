@@ -12,8 +12,10 @@ End to end: runs of `bench.agents.STEPS_PER_RUN` steps, each step a scripted mod
 reply and, but for the last, one tool call, at 1 and at 50 concurrent runs on 2 processes: a
 LangGraph `StateGraph` loop checkpointing every step (`PostgresSaver`, `durability="sync"`) and
 a DBOS workflow whose model and tool calls are steps, each peer on a database of its own,
-against our steps per second on 2 Celery workers (`bench.steps`; its figures from this run if
-it ran before, else measured here first). One side runs at a time, each its rounds in a row.
+against our steps per second on 2 Celery workers as `bench.steps` runs them. One side runs at
+a time (all at once would pass PostgreSQL's default `max_connections`), and the sides take
+turns, a round each, in an order that rotates: the host's speed drifts within minutes, and so
+reaches every side alike.
 
 The peers run in processes of their own, from their own virtualenv (`bench/requirements.txt`,
 whose pins conflict with ours), driven by `bench/peer_side.py`.
@@ -62,7 +64,7 @@ def run(options: Options, earlier: Iterable[Table] = ()) -> Iterator[Table]:
     """Yield our store's and our runs' tables against the peers', or say why they are missing.
 
     `earlier` holds the tables this run has measured so far: if the steps benchmark's is among
-    them, its figures stand for ours end to end.
+    them, its raw floor with no hop is set beside the best peer.
     """
     python = Path(os.environ.get("HELIX_BENCH_PEERS_PYTHON") or PEERS_PYTHON)
     if not python.exists():
@@ -74,7 +76,7 @@ def run(options: Options, earlier: Iterable[Table] = ()) -> Iterator[Table]:
     yield _store_table(python, options)
     earlier = list(earlier)
     hop_free = steps.measured_hop_free_rates(earlier)
-    yield _runs_table(python, options, steps.measured_rates(earlier), hop_free)
+    yield _runs_table(python, options, hop_free)
 
 
 def _store_table(python: Path, options: Options) -> Table:
@@ -115,22 +117,16 @@ def _store_table(python: Path, options: Options) -> Table:
     )
 
 
-def _runs_table(
-    python: Path,
-    options: Options,
-    ours: dict[int, float] | None,
-    hop_free: dict[int, float] | None,
-) -> Table:
-    """Tabulate our steps per second against the peers', measuring ours unless `ours` has it.
+def _runs_table(python: Path, options: Options, hop_free: dict[int, float] | None) -> Table:
+    """Tabulate our steps per second against the peers', the sides taking turns.
 
     `hop_free` is the raw floor's with no broker hop from this run's steps benchmark, if it
     ran: what a step's least SQL allows on this machine, beside the best peer's.
     """
     rounds = 1 if options.quick else steps.ROUNDS
-    rates = _rates(python, rounds, measure_ours=ours is None)
+    rates = _rates(python, rounds)
     median = {name: {n: statistics.median(r) for n, r in by.items()} for name, by in rates.items()}
-    source = "measured here, before the peers" if ours is None else "of this run's steps benchmark"
-    ours = median.pop(OURS, ours)
+    ours = median.pop(OURS)
     langgraph, dbos = (median[name] for name in RUN_PEERS.values())
     most = max(SESSIONS)
     best = max(RUN_PEERS.values(), key=lambda name: median[name][most])
@@ -188,10 +184,10 @@ def _runs_table(
             "Rows: steps per second at 1 and 50 concurrent runs (each ratio our slowdown vs the "
             "peer left of it); the latency of one step of one run alone; ours at 50 runs over the "
             f"best peer's ({best}), which the target holds against.",
-            f"Helix: {steps.WORKER_PROCESSES} Celery workers as bench.steps runs them (medians "
-            f"{source}). Peers: {steps.WORKER_PROCESSES} processes sharing the runs, "
-            f"each run on a thread of its own, at most {PEER_POOL_SIZE} connections per process. "
-            "One side at a time, all its rounds in a row.",
+            f"Helix: {steps.WORKER_PROCESSES} Celery workers as bench.steps runs them. Peers: "
+            f"{steps.WORKER_PROCESSES} processes sharing the runs, each run on a thread of its "
+            f"own, at most {PEER_POOL_SIZE} connections per process. One side at a time, the "
+            "sides taking turns a round each, in an order that rotates round by round.",
             "LangGraph: a StateGraph node per step, looping while the model calls a tool, "
             'PostgresSaver with durability="sync". DBOS: a workflow whose model and tool calls '
             "are @DBOS.step()s. Each on its own database, emptied before each measurement.",
@@ -202,25 +198,27 @@ def _runs_table(
     )
 
 
-def _rates(python: Path, rounds: int, *, measure_ours: bool) -> dict[str, dict[int, list[float]]]:
+def _rates(python: Path, rounds: int) -> dict[str, dict[int, list[float]]]:
     """Return each side's steps per second at each concurrency, every round's, by column name.
 
-    One side after another: the connections of all at once would pass PostgreSQL's default
-    `max_connections`.
+    One side at a time, started afresh for each round: the connections of all at once would
+    pass PostgreSQL's default `max_connections`. Each round every side takes a turn, and the
+    side that went first goes last in the next, so that a drift of the host's speed reaches
+    the sides alike rather than whichever ran last.
     """
     sides: dict[str, Callable[[], AbstractContextManager[Callable[[int], float]]]] = {
-        name: partial(_peer, python, peer) for peer, name in RUN_PEERS.items()
+        OURS: _ours,
+        **{name: partial(_peer, python, peer) for peer, name in RUN_PEERS.items()},
     }
-    if measure_ours:
-        sides = {OURS: _ours, **sides}
-    rates: dict[str, dict[int, list[float]]] = {}
-    for name, side in sides.items():
-        with side() as steps_per_second:
-            steps_per_second(max(SESSIONS))  # Warm up imports, connections and pools.
-            rates[name] = {sessions: [] for sessions in SESSIONS}
-            for _ in range(rounds):
+    rates = {name: {sessions: [] for sessions in SESSIONS} for name in sides}
+    order = list(sides)
+    for _ in range(rounds):
+        for name in order:
+            with sides[name]() as steps_per_second:
+                steps_per_second(max(SESSIONS))  # Warm up imports, connections and pools.
                 for sessions in SESSIONS:
                     rates[name][sessions].append(steps_per_second(sessions))
+        order.append(order.pop(0))
     return rates
 
 

@@ -131,12 +131,6 @@ def bench_owner():
     return get_user_model().objects.get_or_create(username="bench-steps")[0]
 
 
-def measured_rates(tables: Iterable[Table]) -> dict[int, float] | None:
-    """Return our steps per second at each concurrency from this run's steps table, if any."""
-    rows = _rows(tables)
-    return None if rows is None else {s: rows[_rate_metric(s)].orm for s in CONCURRENT_SESSIONS}
-
-
 def measured_hop_free_rates(tables: Iterable[Table]) -> dict[int, float] | None:
     """Return the raw floor's steps per second with no broker hop from this run's steps table."""
     rows = _rows(tables)
