@@ -87,6 +87,10 @@ CLIENTS = 100  # WebSocket clients following runs, at most.
 # time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
 START_THREADS = 16
 RUN_TIMEOUT = 600.0
+# The runs among some that have ended, and how: what the benchmark watches them with.
+_ENDED_RUNS = (
+    f"SELECT id, status, error FROM {Run._meta.db_table} WHERE id = ANY(%s) AND status <> %s"
+)
 IDEAL_SHARE_TARGET = 0.8  # At N=100: steps/s at least this share of the ideal.
 SATURATION_SHARE_TARGET = 0.9  # At larger N: at least this share of the saturation figure.
 SATURATION_SESSIONS = 50
@@ -365,11 +369,6 @@ def _wait_for_runs(run_ids: list[str]) -> None:
             return [run_id for run_id, _, _ in rows]
 
         _wait_until_ended(run_ids, ended_among)
-
-
-_ENDED_RUNS = (
-    f"SELECT id, status, error FROM {Run._meta.db_table} WHERE id = ANY(%s) AND status <> %s"
-)
 
 
 def _wait_until_ended(ids: list[str], ended_among: Callable[[list[str]], list[str]]) -> None:
