@@ -216,11 +216,6 @@ class FloorTables:
             )
         return ids
 
-    def done(self, ids: list[str]) -> int:
-        """Return how many of the sessions have taken their last step."""
-        sql = "SELECT count(*) FROM bench_floor_session WHERE id = ANY(%s) AND done"
-        return self.database.execute(sql, [ids]).fetchone()[0]
-
     def ended_among(self, ids: list[str]) -> list[str]:
         """Return those of the sessions that have taken their last step."""
         sql = "SELECT id FROM bench_floor_session WHERE id = ANY(%s) AND done"

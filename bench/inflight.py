@@ -65,6 +65,8 @@ from bench.steps import (
     Workers,
     floor_steps_per_second,
     steps_per_second,
+    wait_until_ended,
+    watching_runs,
     workers,
 )
 from bench.streams import DAPHNE_APPLICATION_NAME, daphne_env
@@ -87,10 +89,6 @@ CLIENTS = 100  # WebSocket clients following runs, at most.
 # time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
 START_THREADS = 16
 RUN_TIMEOUT = 600.0
-# The runs among some that have ended, and how: what the benchmark watches them with.
-_ENDED_RUNS = (
-    f"SELECT id, status, error FROM {Run._meta.db_table} WHERE id = ANY(%s) AND status <> %s"
-)
 IDEAL_SHARE_TARGET = 0.8  # At N=100: steps/s at least this share of the ideal.
 SATURATION_SHARE_TARGET = 0.9  # At larger N: at least this share of the saturation figure.
 SATURATION_SESSIONS = 50
@@ -267,7 +265,7 @@ def _floor_in_flight(
             session_ids,
         )
         starting = time.perf_counter() - began
-        _wait_until_ended(session_ids, floor.ended_among)
+        wait_until_ended(session_ids, floor.ended_among, timeout=RUN_TIMEOUT)
         elapsed = time.perf_counter() - began
     return FloorInFlight(size * agents.WAITER_STEPS / elapsed, starting, cpu)
 
@@ -359,32 +357,8 @@ def _from_start_threads[Started](
 
 def _wait_for_runs(run_ids: list[str]) -> None:
     """Return once every run ended; raise if one failed or they take too long."""
-    with connect(connection.settings_dict, like_django=False) as database:
-
-        def ended_among(going: list[str]) -> list[str]:
-            rows = database.execute(_ENDED_RUNS, [going, Run.Status.RUNNING.value]).fetchall()
-            failed = sorted({error for _, status, error in rows if status == Run.Status.FAILED})
-            if failed:
-                raise RuntimeError(f"Benchmark runs failed: {failed[:3]}")
-            return [run_id for run_id, _, _ in rows]
-
-        _wait_until_ended(run_ids, ended_among)
-
-
-def _wait_until_ended(ids: list[str], ended_among: Callable[[list[str]], list[str]]) -> None:
-    """Return once `ended_among` has named each of `ids` (runs, or the floor's chains) as ended.
-
-    Each look asks only after those still going, and looks more often as they get fewer: the
-    last one's end is seen within about 10 ms, and a thousand are not read a hundred times a
-    second. Ours and the floor's are watched alike, on a connection of their own, so that
-    neither pays more than the other for being watched.
-    """
-    deadline = time.monotonic() + RUN_TIMEOUT
-    going = set(ids)
-    while going := going - set(ended_among(list(going))):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{len(going)} runs did not end within {RUN_TIMEOUT:.0f} s")
-        time.sleep(0.01 + len(going) / 10_000)
+    with watching_runs() as ended_among:
+        wait_until_ended(run_ids, ended_among, timeout=RUN_TIMEOUT)
 
 
 def _overheads_ms(run_ids: list[str]) -> list[float]:

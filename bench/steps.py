@@ -50,6 +50,10 @@ CONCURRENT_SESSIONS = (1, 50)
 FLOOR_RATIO_TARGETS = {1: 2.0, 50: 1.5}
 READY_TIMEOUT = 60.0
 RUN_TIMEOUT = 300.0
+# The runs among some that have ended, and how: what the benchmarks watch them with.
+_ENDED_RUNS = (
+    f"SELECT id, status, error FROM {Run._meta.db_table} WHERE id = ANY(%s) AND status <> %s"
+)
 ROUNDS = 3
 
 
@@ -169,20 +173,15 @@ def steps_per_second(
 
     The runs are of `agent_type`, whose runs take `steps` steps: the benchmark agent's by default.
     """
-    run_ids: list[str] = []
 
-    def start() -> None:
-        for _ in range(sessions):
-            started = agent_start(user=owner, agent_type=agent_type, message="Check the list.")
-            run_ids.append(started.run_id)
+    def start() -> list[str]:
+        return [
+            agent_start(user=owner, agent_type=agent_type, message="Check the list.").run_id
+            for _ in range(sessions)
+        ]
 
-    def ended() -> bool:
-        statuses = list(Run.objects.filter(pk__in=run_ids).values_list("status", flat=True))
-        if Run.Status.FAILED in statuses:
-            raise RuntimeError("A benchmark run failed; see the worker log.")
-        return Run.Status.RUNNING not in statuses
-
-    return timed(sessions, start, ended, steps_per_run=steps)
+    with watching_runs() as ended_among:
+        return timed(start, ended_among, steps_per_run=steps)
 
 
 def floor_steps_per_second(floor: FloorTables, sessions: int, *, hops: bool = True) -> float:
@@ -193,32 +192,70 @@ def floor_steps_per_second(floor: FloorTables, sessions: int, *, hops: bool = Tr
     """
     ids = floor.new_sessions(sessions)
 
-    def start() -> None:
+    def start() -> list[str]:
         for session_id in ids:
             if hops:
                 floor_step.delay(session_id, 1, agents.STEPS_PER_RUN)
             else:
                 floor_run.delay(session_id, agents.STEPS_PER_RUN)
+        return ids
 
-    return timed(sessions, start, lambda: floor.done(ids) == sessions)
+    return timed(start, floor.ended_among)
 
 
 def timed(
-    sessions: int,
-    start: Callable[[], None],
-    ended: Callable[[], bool],
+    start: Callable[[], list[str]],
+    ended_among: Callable[[list[str]], list[str]],
     *,
     steps_per_run: int = agents.STEPS_PER_RUN,
 ) -> float:
-    """Call `start`, poll `ended` until it holds, and return the steps per second."""
+    """Call `start`, which returns what it started, wait until each has ended (`wait_until_ended`)
+    and return the steps per second."""
     started = time.perf_counter()
-    start()
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while not ended():
+    ids = start()
+    wait_until_ended(ids, ended_among)
+    return len(ids) * steps_per_run / (time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def watching_runs() -> Iterator[Callable[[list[str]], list[str]]]:
+    """Yield the look `wait_until_ended` takes at our runs, on a raw connection of its own, as
+    the floor's chains are looked at: it returns those of the runs given that have ended, and
+    raises if one failed."""
+    with connect(connection.settings_dict, like_django=False) as database:
+
+        def ended_among(run_ids: list[str]) -> list[str]:
+            rows = database.execute(_ENDED_RUNS, [run_ids, Run.Status.RUNNING.value]).fetchall()
+            failed = sorted(
+                {str(error) for _, status, error in rows if status == Run.Status.FAILED}
+            )
+            if failed:
+                raise RuntimeError(f"Benchmark runs failed: {failed[:3]}; see the worker log.")
+            return [run_id for run_id, _, _ in rows]
+
+        yield ended_among
+
+
+def wait_until_ended(
+    ids: list[str],
+    ended_among: Callable[[list[str]], list[str]],
+    *,
+    timeout: float = RUN_TIMEOUT,
+) -> None:
+    """Return once `ended_among` has named each of `ids` (our runs, or the floor's chains) as
+    ended; raise if they take longer than `timeout` seconds.
+
+    Each look asks only after those still going, and looks more often as they get fewer: the
+    last one's end is seen within about 5 ms, and a thousand are not read a hundred times a
+    second. Ours and the floor's are watched alike, so that neither pays more than the other
+    for being watched.
+    """
+    deadline = time.monotonic() + timeout
+    going = set(ids)
+    while going := going - set(ended_among(list(going))):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{sessions} runs did not end within {RUN_TIMEOUT:.0f} s")
-        time.sleep(0.005 if sessions == 1 else 0.02)
-    return sessions * steps_per_run / (time.perf_counter() - started)
+            raise TimeoutError(f"{len(going)} runs did not end within {timeout:.0f} s")
+        time.sleep(0.005 + len(going) / 10_000)
 
 
 def _raw_commit_ms(commit: Stepper, count: int) -> float:
