@@ -61,10 +61,12 @@ class StreamChunk(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        # No index of steps: every chunk would write one more entry for the sake of the rare
+        # reads by step (a dead attempt's cleanup, a retry's), which find a stream's chunks
+        # through this constraint's index instead.
         constraints = [
             models.UniqueConstraint(fields=["stream", "sequence"], name="chunk_stream_sequence"),
         ]
-        indexes = [models.Index(fields=["stream", "step"], name="chunk_stream_step")]
 
     def __str__(self) -> str:
         return f"{self.type} chunk {self.sequence} of {self.stream_id}"
