@@ -5,7 +5,9 @@ model. With a connection pool configured (`DATABASE_POOL_MAX_SIZE`), such a thre
 connection back whenever it goes quiet, so the connections a process holds are bounded by the
 pool, not by the steps in flight; its next query takes one from the pool again. The pool checks
 each connection it hands out with `check_quiet_connection`. And a thread's talks are short when
-they are few: `pipelined` sends writes that read no result in one round trip (a step's commit).
+they are few: `pipelined` sends writes that read no result in one round trip (a step's commit),
+and `kept_cursor` runs the store's written-out statements on one cursor while the connection
+lasts.
 """
 
 import contextlib
@@ -13,7 +15,8 @@ import select
 from collections.abc import Iterator
 
 import psycopg
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.utils import CursorWrapper
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
@@ -26,6 +29,31 @@ def release_connection() -> None:
     """
     if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
         connection.close()
+
+
+def kept_cursor() -> CursorWrapper:
+    """Return this thread's cursor on the default database, kept from statement to statement.
+
+    For statements whose results are read at once, or never: the next statement on it drops
+    what is left of them. A new psycopg cursor looks up again, on its first statement, how to
+    send each parameter's type and read each column's; the kept one remembers (measured: a
+    statement's client CPU about halved, a step's about a tenth less). A new cursor is returned,
+    as `connection.cursor()` returns one, while Django records queries (`DEBUG`, tests that
+    capture them) or while threads share the connection (a test's live server); one is made
+    anew when the thread's connection changed (closed, or another from the pool). Never close
+    it: `with kept_cursor()` would.
+    """
+    database = connections[DEFAULT_DB_ALIAS]
+    if database.queries_logged or database.allow_thread_sharing:
+        return database.cursor()
+    kept = getattr(database, "helix_kept_cursor", None)
+    if (
+        kept is None
+        or database.connection is None
+        or kept.cursor.connection is not (database.connection)
+    ):
+        kept = database.helix_kept_cursor = database.cursor()
+    return kept
 
 
 def check_quiet_connection(conn: psycopg.Connection) -> None:

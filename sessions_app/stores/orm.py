@@ -18,7 +18,7 @@ from django.db.models import F, Field, Max, Model, Q
 from django.utils import timezone
 
 from sessions_app import models
-from sessions_app.connections import pipelined
+from sessions_app.connections import kept_cursor, pipelined
 from sessions_app.errors import (
     HelixError,
     MessageNotFound,
@@ -527,9 +527,9 @@ class ORMSessionStateStore(SessionStateStore):
         params = [connection.ops.adapt_datetimefield_value(expires_at)]
         for session_id, holder in holders.items():
             params += [session_id, holder]
-        with connection.cursor() as cursor:
-            cursor.execute(statements(connection.vendor).renew_leases(len(holders)), params)
-            return {session_id for (session_id,) in cursor.fetchall()}
+        cursor = kept_cursor()
+        cursor.execute(statements(connection.vendor).renew_leases(len(holders)), params)
+        return {session_id for (session_id,) in cursor.fetchall()}
 
     def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
         if clean:
@@ -557,9 +557,9 @@ class ORMSessionStateStore(SessionStateStore):
         wanted = list(session_ids)
         if not wanted:
             return {}
-        with connection.cursor() as cursor:
-            cursor.execute(*statements(connection.vendor).interrupt_flags(wanted))
-            rows = cursor.fetchall()
+        cursor = kept_cursor()
+        cursor.execute(*statements(connection.vendor).interrupt_flags(wanted))
+        rows = cursor.fetchall()
         return {session_id: _read_flag(reason, set_at) for session_id, reason, set_at in rows}
 
     def clear_interrupt_flag(self, session_id: str) -> None:
@@ -1115,12 +1115,12 @@ class ORMSessionStateStore(SessionStateStore):
     def finish_tool_call(
         self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
     ) -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                statements(connection.vendor).finish_tool_call,
-                [_OUTCOME.get_db_prep_save(outcome, connection), session_id, step_id, tool_call_id],
-            )
-            return cursor.rowcount > 0
+        cursor = kept_cursor()
+        cursor.execute(
+            statements(connection.vendor).finish_tool_call,
+            [_OUTCOME.get_db_prep_save(outcome, connection), session_id, step_id, tool_call_id],
+        )
+        return cursor.rowcount > 0
 
     def get_tool_calls(self, session_id: str, step_id: str) -> dict[str, ToolCallRecord]:
         rows = models.ToolCallRecord.objects.filter(session_id=session_id, step_id=step_id)
@@ -1130,9 +1130,9 @@ class ORMSessionStateStore(SessionStateStore):
         }
 
     def forget_tool_calls(self, session_id: str, step_id: str) -> int:
-        with connection.cursor() as cursor:
-            cursor.execute(statements(connection.vendor).forget_tool_calls, [session_id, step_id])
-            return cursor.rowcount
+        cursor = kept_cursor()
+        cursor.execute(statements(connection.vendor).forget_tool_calls, [session_id, step_id])
+        return cursor.rowcount
 
     def get_staged_changes(
         self,
@@ -1275,12 +1275,12 @@ def _insert_session(row: models.AgentSession) -> bool:
     own transaction, which then needs no savepoint (two round trips) to stay usable.
     """
     taken = f" ON CONFLICT ({column(models.AgentSession, 'id')}) DO NOTHING"
-    with connection.cursor() as cursor:
-        cursor.execute(
-            insert_rows(models.AgentSession, _SESSION_FIELDS, 1, taken),
-            row_db_values(row, _SESSION_FIELDS),
-        )
-        return cursor.rowcount == 1
+    cursor = kept_cursor()
+    cursor.execute(
+        insert_rows(models.AgentSession, _SESSION_FIELDS, 1, taken),
+        row_db_values(row, _SESSION_FIELDS),
+    )
+    return cursor.rowcount == 1
 
 
 def _write_state(
@@ -1379,16 +1379,16 @@ def _path(session_id: str, leaf_id: str | None, chunk_size: int) -> tuple[list[M
     start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
     path: list[Message] = []
     compacted = False
-    with connection.cursor() as cursor:
-        while True:
-            sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
-            cursor.execute(sql, [session_id, *params, chunk_size, session_id])
-            rows = cursor.fetchall()
-            path += [_message_from_row(row) for row in rows]
-            compacted = compacted or bool(rows and rows[0][-1])
-            if len(rows) < chunk_size or path[-1].parent_id is None:
-                break
-            start, params = "%s", [path[-1].parent_id]
+    cursor = kept_cursor()
+    while True:
+        sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
+        cursor.execute(sql, [session_id, *params, chunk_size, session_id])
+        rows = cursor.fetchall()
+        path += [_message_from_row(row) for row in rows]
+        compacted = compacted or bool(rows and rows[0][-1])
+        if len(rows) < chunk_size or path[-1].parent_id is None:
+            break
+        start, params = "%s", [path[-1].parent_id]
     if not path:
         _require(session_id)
         if leaf_id is not None:
@@ -1399,9 +1399,9 @@ def _path(session_id: str, leaf_id: str | None, chunk_size: int) -> tuple[list[M
 def _compactions(session_id: str) -> list[Compaction]:
     """Return the session's compactions in the order they were added (a written-out query,
     read without a model instance: a step reads them, and most sessions have none)."""
-    with connection.cursor() as cursor:
-        cursor.execute(statements(connection.vendor).compactions, [session_id])
-        rows = cursor.fetchall()
+    cursor = kept_cursor()
+    cursor.execute(statements(connection.vendor).compactions, [session_id])
+    rows = cursor.fetchall()
     return [
         _compaction(SimpleNamespace(**_read_fields(models.Compaction, COMPACTION_FIELDS, row)))
         for row in rows
@@ -1556,14 +1556,14 @@ def _fetch_named(sql: str, params: list[Any]) -> dict[str, Any] | None:
     afresh at each look, an object per column, which for a session's row cost more than
     the statement. A row of another length (a migration added a column) reads them again.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        found = cursor.fetchone()
-        if found is None:
-            return None
-        names = _COLUMN_NAMES.get(sql)
-        if names is None or len(names) != len(found):
-            names = _COLUMN_NAMES[sql] = tuple(described[0] for described in cursor.description)
+    cursor = kept_cursor()
+    cursor.execute(sql, params)
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    names = _COLUMN_NAMES.get(sql)
+    if names is None or len(names) != len(found):
+        names = _COLUMN_NAMES[sql] = tuple(described[0] for described in cursor.description)
     return dict(zip(names, found, strict=True))
 
 

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Field, Model
 
 from sessions_app import models
+from sessions_app.connections import kept_cursor
 
 CHECKPOINT_COLUMNS = (
     "id",
@@ -360,15 +361,14 @@ def _run_columns() -> str:
 
 def fetch_one(sql: str, params: list[Any]) -> tuple | None:
     """Run a statement on the default database; return its first row, if any."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone()
+    cursor = kept_cursor()
+    cursor.execute(sql, params)
+    return cursor.fetchone()
 
 
 def execute(sql: str, params: list[Any]) -> None:
     """Run a statement on the default database."""
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    kept_cursor().execute(sql, params)
 
 
 @functools.cache

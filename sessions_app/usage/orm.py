@@ -21,6 +21,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from sessions_app import models
+from sessions_app.connections import kept_cursor
 from sessions_app.errors import SessionNotFound
 from sessions_app.stores.statements import column, db_values, fetch_one, insert_rows, table
 from sessions_app.usage import rules
@@ -235,9 +236,9 @@ def _existing(session_ids: Sequence[str]) -> set[str]:
         f"SELECT {identifier} FROM {table(session)} "
         f"WHERE {identifier} IN ({', '.join(['%s'] * len(session_ids))})"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, list(session_ids))
-        return {session_id for (session_id,) in cursor.fetchall()}
+    cursor = kept_cursor()
+    cursor.execute(sql, list(session_ids))
+    return {session_id for (session_id,) in cursor.fetchall()}
 
 
 def _insert(rows: list[SimpleNamespace], *, read_back: bool) -> None:
@@ -253,11 +254,11 @@ def _insert(rows: list[SimpleNamespace], *, read_back: bool) -> None:
             models.UsageEntry, names, [getattr(row, field.attname) for field in _INSERTED_FIELDS]
         )
     returning = f" RETURNING {column(models.UsageEntry, 'id')}" if read_back else ""
-    with connection.cursor() as cursor:
-        cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
-        if not read_back:
-            return
-        ids = [row_id for (row_id,) in cursor.fetchall()]
+    cursor = kept_cursor()
+    cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
+    if not read_back:
+        return
+    ids = [row_id for (row_id,) in cursor.fetchall()]
     for row, row_id in zip(rows, ids, strict=True):  # In insertion order on both databases.
         row.id = row_id
 

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from sessions_app.connections import kept_cursor
 from sessions_app.errors import HelixError
 from sessions_app.stores.rules import check_identifier
 from sessions_app.stores.statements import column, db_values, qualified, table
@@ -49,9 +50,9 @@ class ORMStreamManager(StreamManager):
         else:  # One statement creates or opens the stream: one round trip.
             now = timezone.now()
             params = [stream_id, stream_id, run_id, agent_type, ACTIVE, int(exclusive), now, now]
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [*params, ACTIVE])
-                opened = cursor.fetchone()
+            cursor = kept_cursor()
+            cursor.execute(sql, [*params, ACTIVE])
+            opened = cursor.fetchone()
         writer_epoch, previous_status, last_sequence = opened
         if previous_status != ACTIVE:
             _ring_changed(stream_id)
@@ -99,12 +100,12 @@ class ORMStreamManager(StreamManager):
                 {"position": n, "step": c["step"], "type": c["type"], "body": c}
                 for n, c in enumerate(chunks, 1)
             )
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    sql.append_fenced if epoch is not None else sql.append,
-                    [*reserve_params, stream_id, len(chunks), now, rows],
-                )
-                sequences = sorted(sequence for (sequence,) in cursor.fetchall())
+            cursor = kept_cursor()
+            cursor.execute(
+                sql.append_fenced if epoch is not None else sql.append,
+                [*reserve_params, stream_id, len(chunks), now, rows],
+            )
+            sequences = sorted(sequence for (sequence,) in cursor.fetchall())
             if sequences:
                 sequenced = list(zip(sequences, chunks, strict=True))
                 notice = notice_for(sequenced, encoded_within=len(rows))
@@ -159,23 +160,23 @@ class ORMStreamManager(StreamManager):
             for batch in batches
             for n, chunk in enumerate(batch.chunks, 1)
         )
-        with connection.cursor() as cursor:
-            # One statement reserves and inserts for every stream: one round trip, atomic on
-            # its own. A batch it cannot store (stream missing, not active, or fenced) reserves
-            # nothing; the one-stream path then says why.
-            cursor.execute(
-                sql,
-                [
-                    _json_rows(
-                        {"stream_id": b.stream_id, "epoch": b.epoch, "size": len(b.chunks)}
-                        for b in batches
-                    ),
-                    ACTIVE,
-                    now,
-                    rows,
-                ],
-            )
-            reserved = dict(cursor.fetchall())
+        # One statement reserves and inserts for every stream: one round trip, atomic on its
+        # own. A batch it cannot store (stream missing, not active, or fenced) reserves
+        # nothing; the one-stream path then says why.
+        cursor = kept_cursor()
+        cursor.execute(
+            sql,
+            [
+                _json_rows(
+                    {"stream_id": b.stream_id, "epoch": b.epoch, "size": len(b.chunks)}
+                    for b in batches
+                ),
+                ACTIVE,
+                now,
+                rows,
+            ],
+        )
+        reserved = dict(cursor.fetchall())
         results: list[list[int] | HelixError] = []
         rings = []
         for batch in batches:
@@ -237,9 +238,9 @@ class ORMStreamManager(StreamManager):
         if sql is None:
             row, following, at_cursor = self._read_apart(stream_id, after, limit)
         else:  # One statement, one snapshot: the stream's row and the chunks agree.
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [stream_id, after, limit + 1, after, stream_id])
-                status, trimmed_through, final_output, error, chunks, at_cursor = cursor.fetchone()
+            cursor = kept_cursor()
+            cursor.execute(sql, [stream_id, after, limit + 1, after, stream_id])
+            status, trimmed_through, final_output, error, chunks, at_cursor = cursor.fetchone()
             final_field = Stream._meta.get_field("final_output")
             row = {
                 "status": status or StreamStatus.ACTIVE,
@@ -346,9 +347,9 @@ class ORMStreamManager(StreamManager):
         # One statement finishes a live stream; only when it finds none does it look why.
         names = ("status", "updated_at", field)
         params = db_values(Stream, names, (status, timezone.now(), value))
-        with connection.cursor() as cursor:
-            cursor.execute(_finish_statement(field), [*params, stream_id, *LIVE_STATUSES])
-            finished = cursor.rowcount
+        cursor = kept_cursor()
+        cursor.execute(_finish_statement(field), [*params, stream_id, *LIVE_STATUSES])
+        finished = cursor.rowcount
         if finished:
             _ring_changed(stream_id)
             return

@@ -1,16 +1,18 @@
 """Connections on PostgreSQL. The pool's check of a connection it hands out
 (`check_quiet_connection`): a quiet connection goes out without a round trip; one whose backend
-the server ended is found out, and the pool hands out a working one instead. And `pipelined`:
-statements that reach the server together, with Django's errors."""
+the server ended is found out, and the pool hands out a working one instead. `pipelined`:
+statements that reach the server together, with Django's errors. And `kept_cursor`: a thread's
+statements on one cursor while its connection lasts, unless Django records them."""
 
 import time
 
 import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from psycopg_pool import ConnectionPool
 
-from sessions_app.connections import check_quiet_connection, pipelined
+from sessions_app.connections import check_quiet_connection, kept_cursor, pipelined
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -105,3 +107,48 @@ def test_a_pipelined_statements_error_is_djangos_and_fails_its_transaction(names
     assert visible_names(names_table) == []
     insert(names_table, "c")  # The connection is sound for what comes next.
     assert visible_names(names_table) == ["c"]
+
+
+def test_a_threads_statements_share_a_cursor_until_its_connection_changes():
+    kept = kept_cursor()
+    kept.execute("SELECT 1")
+
+    assert kept_cursor() is kept
+    connection.close()  # A pooled connection would go back to its pool.
+    fresh = kept_cursor()
+    assert fresh is not kept
+    fresh.execute("SELECT 41 + 1")
+    assert fresh.fetchone() == (42,)
+
+
+def test_a_kept_cursor_reads_its_last_statements_result_after_pipelined_writes(names_table):
+    with transaction.atomic(), pipelined():
+        first = kept_cursor()
+        first.execute(f"INSERT INTO {names_table} VALUES (%s)", ["a"])
+        kept_cursor().execute(f"INSERT INTO {names_table} VALUES (%s)", ["b"])
+        cursor = kept_cursor()
+        cursor.execute(f"SELECT string_agg(name, ',' ORDER BY name) FROM {names_table}")
+        assert cursor.fetchone() == ("a,b",)
+
+    assert cursor is first
+
+
+def test_statements_django_records_go_through_a_recording_cursor():
+    kept = kept_cursor()
+    with CaptureQueriesContext(connection) as captured:
+        recording = kept_cursor()
+        recording.execute("SELECT 'recorded'")
+
+    assert recording is not kept
+    assert [query["sql"] for query in captured] == ["SELECT 'recorded'"]
+    assert kept_cursor() is kept  # Kept again once nothing records.
+
+
+def test_a_connection_threads_share_gives_each_statement_a_cursor_of_its_own():
+    kept = kept_cursor()
+    connection.inc_thread_sharing()  # As a test's live server shares it.
+    try:
+        assert kept_cursor() is not kept
+    finally:
+        connection.dec_thread_sharing()
+    assert kept_cursor() is kept
