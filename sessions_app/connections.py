@@ -46,12 +46,8 @@ def kept_cursor() -> CursorWrapper:
     database = connections[DEFAULT_DB_ALIAS]
     if database.queries_logged or database.allow_thread_sharing:
         return database.cursor()
-    kept = getattr(database, "helix_kept_cursor", None)
-    if (
-        kept is None
-        or database.connection is None
-        or kept.cursor.connection is not (database.connection)
-    ):
+    kept, current = getattr(database, "helix_kept_cursor", None), database.connection
+    if kept is None or current is None or kept.cursor.connection is not current:
         kept = database.helix_kept_cursor = database.cursor()
     return kept
 
