@@ -20,14 +20,21 @@ from django.db.backends.utils import CursorWrapper
 from psycopg import pq
 from psycopg_pool import ConnectionPool
 
+# The attribute of a thread's database wrapper that holds its kept cursor (`kept_cursor`).
+_KEPT_CURSOR = "helix_kept_cursor"
+
 
 def release_connection() -> None:
     """Give this thread's connection back to its pool, if it has one and is not in a transaction.
 
     Without a pool (SQLite, or PostgreSQL with pooling off) the connection stays open: opening
-    a new one per use would cost more than it saves.
+    a new one per use would cost more than it saves. Either way the thread's kept cursor goes,
+    and with it its last statement's result, which the thread would hold while it waits.
     """
-    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+    if connection.in_atomic_block:
+        return
+    setattr(connections[DEFAULT_DB_ALIAS], _KEPT_CURSOR, None)
+    if getattr(connection, "pool", None) is not None:
         connection.close()
 
 
@@ -46,9 +53,10 @@ def kept_cursor() -> CursorWrapper:
     database = connections[DEFAULT_DB_ALIAS]
     if database.queries_logged or database.allow_thread_sharing:
         return database.cursor()
-    kept, current = getattr(database, "helix_kept_cursor", None), database.connection
+    kept, current = getattr(database, _KEPT_CURSOR, None), database.connection
     if kept is None or current is None or kept.cursor.connection is not current:
-        kept = database.helix_kept_cursor = database.cursor()
+        kept = database.cursor()
+        setattr(database, _KEPT_CURSOR, kept)
     return kept
 
 

@@ -4,7 +4,9 @@ the server ended is found out, and the pool hands out a working one instead. `pi
 statements that reach the server together, with Django's errors. And `kept_cursor`: a thread's
 statements on one cursor while its connection lasts, unless Django records them."""
 
+import gc
 import time
+import weakref
 
 import psycopg
 import pytest
@@ -12,7 +14,12 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from psycopg_pool import ConnectionPool
 
-from sessions_app.connections import check_quiet_connection, kept_cursor, pipelined
+from sessions_app.connections import (
+    check_quiet_connection,
+    kept_cursor,
+    pipelined,
+    release_connection,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -119,6 +126,19 @@ def test_a_threads_statements_share_a_cursor_until_its_connection_changes():
     assert fresh is not kept
     fresh.execute("SELECT 41 + 1")
     assert fresh.fetchone() == (42,)
+
+
+def test_a_thread_going_quiet_lets_its_cursor_and_last_result_go():
+    kept_cursor().execute("SELECT 'a long history'")
+    with transaction.atomic():
+        release_connection()  # Not inside a transaction: the cursor serves it still.
+        kept = weakref.ref(kept_cursor().cursor)
+    assert kept() is not None
+
+    release_connection()
+    gc.collect()
+
+    assert kept() is None
 
 
 def test_a_kept_cursor_reads_its_last_statements_result_after_pipelined_writes(names_table):
