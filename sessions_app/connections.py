@@ -47,12 +47,14 @@ def kept_cursor() -> CursorWrapper:
     statement's client CPU about halved, a step's about a tenth less). A new cursor is returned,
     as `connection.cursor()` returns one, while Django records queries (`DEBUG`, tests that
     capture them) or while threads share the connection (a test's live server); one is made
-    anew when the thread's connection changed (closed, or another from the pool). Never close
-    it: `with kept_cursor()` would.
+    anew when the thread's connection changed (closed, or another from the pool), and after
+    Django's health check (`CONN_HEALTH_CHECKS`), which `connection.cursor()` runs, found the
+    connection broken. Never close it: `with kept_cursor()` would.
     """
     database = connections[DEFAULT_DB_ALIAS]
     if database.queries_logged or database.allow_thread_sharing:
         return database.cursor()
+    database.close_if_health_check_failed()  # At most once a request or task.
     kept, current = getattr(database, _KEPT_CURSOR, None), database.connection
     if kept is None or current is None or kept.cursor.connection is not current:
         kept = database.cursor()

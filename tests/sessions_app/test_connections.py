@@ -141,6 +141,28 @@ def test_a_thread_going_quiet_lets_its_cursor_and_last_result_go():
     assert kept() is None
 
 
+def test_a_persistent_connection_the_server_ended_gives_way_to_a_new_one(monkeypatch):
+    """Without a pool (`CONN_MAX_AGE`), Django checks a connection at a request's or task's
+    first statement (`CONN_HEALTH_CHECKS`): on a kept cursor too."""
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "pool", False)
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
+    kept = kept_cursor()
+    ended = connection.connection.info.backend_pid
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [ended])
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [ended]).fetchone():
+            time.sleep(0.01)
+    connection.close_if_unusable_or_obsolete()  # As a request's or task's start does.
+
+    cursor = kept_cursor()
+    cursor.execute("SELECT pg_backend_pid()")
+
+    assert cursor is not kept
+    assert cursor.fetchone()[0] != ended
+    connection.close()
+
+
 def test_a_kept_cursor_reads_its_last_statements_result_after_pipelined_writes(names_table):
     with transaction.atomic(), pipelined():
         first = kept_cursor()
