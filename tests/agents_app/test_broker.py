@@ -1,10 +1,12 @@
 """The brokers' transports: the embedded mode's filesystem transport, with messages written
-atomically, and the Redis transport, whose channels send their commands through one client."""
+atomically and a worker that stops at once, and the Redis transport, whose channels send their
+commands through one client."""
 
 import threading
 import time
 
 import pytest
+from celery.worker import state as worker_state
 from django.conf import settings
 from kombu import Connection, Queue
 from kombu.transport import filesystem
@@ -12,6 +14,7 @@ from kombu.transport.virtual import Empty
 from kombu.utils.json import dumps
 
 from agents_app import broker
+from tests.agents_app.worker import Worker
 from tests.helix_project.test_settings import run_shell
 from tests.services import require
 
@@ -119,3 +122,45 @@ def test_a_site_that_names_folders_not_yet_made_gets_them_made(folders, tmp_path
     assert taken == {"step": 1}
     assert (tmp_path / "data").is_dir()
     assert (tmp_path / "control").is_dir()
+
+
+def test_draining_the_filesystem_broker_waits_its_timeout_unless_the_worker_is_asked_to_stop(
+    folders, monkeypatch
+):
+    monkeypatch.setattr(worker_state, "should_stop", None)  # Restored whatever the test sets.
+    queue = Queue(f"helix-test-drain-{time.time_ns()}")
+    delivered: list = []
+    with (
+        Connection("filesystem://", transport=broker.Transport, transport_options=folders) as a,
+        Connection("filesystem://", transport=broker.Transport, transport_options=folders) as b,
+        a.Consumer(queue, callbacks=[lambda body, message: delivered.append(body)]),
+    ):
+        began = time.monotonic()
+        with pytest.raises(TimeoutError):
+            a.drain_events(timeout=0.5)  # Nothing comes: it waits its whole timeout.
+        assert time.monotonic() - began >= 0.5
+
+        # A message put while it waits is delivered, though the wait is cut in short looks.
+        publish = b.Producer().publish
+        threading.Timer(0.35, publish, ({"step": 1},), {"routing_key": queue.name}).start()
+        a.drain_events(timeout=10)
+        assert delivered == [{"step": 1}]
+
+        # Asked to stop (warm, as SIGTERM asks; its exit code 0), it gives up waiting at once.
+        threading.Timer(0.3, setattr, (worker_state, "should_stop", 0)).start()
+        began = time.monotonic()
+        with pytest.raises(TimeoutError):
+            a.drain_events(timeout=10)
+        assert time.monotonic() - began < 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.one_backend("sqlite", reason="the filesystem broker is the embedded default's")
+def test_a_worker_on_the_filesystem_broker_stops_promptly(tmp_path):
+    worker = Worker(tmp_path, CELERY_BROKER_URL="filesystem://").start()
+
+    began = time.monotonic()
+    worker.stop()
+
+    assert worker.process.returncode == 0, worker.read_log()
+    assert time.monotonic() - began < 2.5, worker.read_log()  # 4.4 s before; about 0.5 now.
