@@ -76,14 +76,23 @@ class Worker:
 
     def start(self) -> "Worker":
         """Start the worker and return once it consumes its queue."""
-        offset = self.log.stat().st_size if self.log.exists() else 0
+        offset = self.log_end()
         self.spawn()
+        self.wait_ready(offset)
+        return self
+
+    def log_end(self) -> int:
+        """Return where the worker's log ends now, for `wait_ready` to read on from."""
+        return self.log.stat().st_size if self.log.exists() else 0
+
+    def wait_ready(self, offset: int) -> None:
+        """Return once the worker, spawned, logged after `offset` that it consumes its queue."""
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 pytest.fail(f"The Celery worker exited:\n{self.read_log()}")
             if " ready." in self.read_log(offset):
-                return self
+                return
             time.sleep(0.1)
         pytest.fail(f"The Celery worker was not ready within {READY_TIMEOUT:.0f} s")
 
@@ -121,11 +130,21 @@ class Worker:
 
     def stop(self) -> None:
         """Stop the worker gracefully, or kill it if it does not stop."""
+        self.ask_to_stop()
+        self.wait_stopped()
+
+    def ask_to_stop(self) -> None:
+        """Ask the worker to stop gracefully (a warm shutdown), without waiting for it."""
         app.conf.task_default_queue = self._previous_queue
         if self.process is None or self.process.poll() is not None:
             return
         self.resume()
         self._signal(signal.SIGTERM)
+
+    def wait_stopped(self) -> None:
+        """Wait for the worker asked to stop; kill it if it has not stopped within 20 s."""
+        if self.process is None:
+            return
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -155,10 +174,14 @@ class Supervisor:
         self._watching = threading.Thread(target=self._watch, daemon=True)
 
     def __enter__(self) -> "Supervisor":
+        """Start the workers and the beat together; return once every worker is ready."""
         try:
+            offsets = [worker.log_end() for worker in self.workers]
             for worker in self.workers:
-                worker.start()
+                worker.spawn()
             self.beat.start()
+            for worker, offset in zip(self.workers, offsets, strict=True):
+                worker.wait_ready(offset)
         except BaseException:
             self._stop_all()
             raise
@@ -171,9 +194,13 @@ class Supervisor:
         self._stop_all()
 
     def _stop_all(self) -> None:
-        self.beat.stop()
+        """Ask the beat and every worker to stop, then wait for them all."""
+        self.beat.ask_to_stop()
         for worker in self.workers:
-            worker.stop()
+            worker.ask_to_stop()
+        self.beat.wait_stopped()
+        for worker in self.workers:
+            worker.wait_stopped()
 
     def read_logs(self) -> str:
         """Return what every worker logged."""
@@ -209,11 +236,17 @@ class Beat:
                 start_new_session=True,
             )  # fmt: skip
 
-    def stop(self) -> None:
+    def ask_to_stop(self) -> None:
+        """Ask the beat to stop (SIGTERM), without waiting for it."""
         if self.process is None or self.process.poll() is not None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGTERM)
+
+    def wait_stopped(self) -> None:
+        """Wait for the beat asked to stop; kill it if it has not stopped within 10 s."""
+        if self.process is None:
+            return
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
