@@ -40,6 +40,7 @@ from sessions_app.stores.statements import (
     column,
     db_values,
     execute,
+    fetch_all,
     fetch_one,
     insert_rows,
     row_db_values,
@@ -527,9 +528,8 @@ class ORMSessionStateStore(SessionStateStore):
         params = [connection.ops.adapt_datetimefield_value(expires_at)]
         for session_id, holder in holders.items():
             params += [session_id, holder]
-        cursor = kept_cursor()
-        cursor.execute(statements(connection.vendor).renew_leases(len(holders)), params)
-        return {session_id for (session_id,) in cursor.fetchall()}
+        renewed = fetch_all(statements(connection.vendor).renew_leases(len(holders)), params)
+        return {session_id for (session_id,) in renewed}
 
     def release_lease(self, session_id: str, holder: str, *, clean: bool = True) -> bool:
         if clean:
@@ -557,9 +557,7 @@ class ORMSessionStateStore(SessionStateStore):
         wanted = list(session_ids)
         if not wanted:
             return {}
-        cursor = kept_cursor()
-        cursor.execute(*statements(connection.vendor).interrupt_flags(wanted))
-        rows = cursor.fetchall()
+        rows = fetch_all(*statements(connection.vendor).interrupt_flags(wanted))
         return {session_id: _read_flag(reason, set_at) for session_id, reason, set_at in rows}
 
     def clear_interrupt_flag(self, session_id: str) -> None:
@@ -1115,12 +1113,11 @@ class ORMSessionStateStore(SessionStateStore):
     def finish_tool_call(
         self, session_id: str, step_id: str, tool_call_id: str, outcome: dict[str, Any]
     ) -> bool:
-        cursor = kept_cursor()
-        cursor.execute(
+        finished = execute(
             statements(connection.vendor).finish_tool_call,
             [_OUTCOME.get_db_prep_save(outcome, connection), session_id, step_id, tool_call_id],
         )
-        return cursor.rowcount > 0
+        return finished > 0
 
     def get_tool_calls(self, session_id: str, step_id: str) -> dict[str, ToolCallRecord]:
         rows = models.ToolCallRecord.objects.filter(session_id=session_id, step_id=step_id)
@@ -1130,9 +1127,7 @@ class ORMSessionStateStore(SessionStateStore):
         }
 
     def forget_tool_calls(self, session_id: str, step_id: str) -> int:
-        cursor = kept_cursor()
-        cursor.execute(statements(connection.vendor).forget_tool_calls, [session_id, step_id])
-        return cursor.rowcount
+        return execute(statements(connection.vendor).forget_tool_calls, [session_id, step_id])
 
     def get_staged_changes(
         self,
@@ -1275,12 +1270,11 @@ def _insert_session(row: models.AgentSession) -> bool:
     own transaction, which then needs no savepoint (two round trips) to stay usable.
     """
     taken = f" ON CONFLICT ({column(models.AgentSession, 'id')}) DO NOTHING"
-    cursor = kept_cursor()
-    cursor.execute(
+    inserted = execute(
         insert_rows(models.AgentSession, _SESSION_FIELDS, 1, taken),
         row_db_values(row, _SESSION_FIELDS),
     )
-    return cursor.rowcount == 1
+    return inserted == 1
 
 
 def _write_state(
@@ -1379,11 +1373,9 @@ def _path(session_id: str, leaf_id: str | None, chunk_size: int) -> tuple[list[M
     start, params = (LATEST_LEAF, [session_id]) if leaf_id is None else ("%s", [leaf_id])
     path: list[Message] = []
     compacted = False
-    cursor = kept_cursor()
     while True:
         sql = HISTORY.format(start=start, columns=MESSAGE_COLUMNS)
-        cursor.execute(sql, [session_id, *params, chunk_size, session_id])
-        rows = cursor.fetchall()
+        rows = fetch_all(sql, [session_id, *params, chunk_size, session_id])
         path += [_message_from_row(row) for row in rows]
         compacted = compacted or bool(rows and rows[0][-1])
         if len(rows) < chunk_size or path[-1].parent_id is None:
@@ -1399,9 +1391,7 @@ def _path(session_id: str, leaf_id: str | None, chunk_size: int) -> tuple[list[M
 def _compactions(session_id: str) -> list[Compaction]:
     """Return the session's compactions in the order they were added (a written-out query,
     read without a model instance: a step reads them, and most sessions have none)."""
-    cursor = kept_cursor()
-    cursor.execute(statements(connection.vendor).compactions, [session_id])
-    rows = cursor.fetchall()
+    rows = fetch_all(statements(connection.vendor).compactions, [session_id])
     return [
         _compaction(SimpleNamespace(**_read_fields(models.Compaction, COMPACTION_FIELDS, row)))
         for row in rows

@@ -366,9 +366,19 @@ def fetch_one(sql: str, params: list[Any]) -> tuple | None:
     return cursor.fetchone()
 
 
-def execute(sql: str, params: list[Any]) -> None:
-    """Run a statement on the default database."""
-    kept_cursor().execute(sql, params)
+def fetch_all(sql: str, params: list[Any]) -> list[tuple]:
+    """Run a statement on the default database; return its rows."""
+    cursor = kept_cursor()
+    cursor.execute(sql, params)
+    return cursor.fetchall()
+
+
+def execute(sql: str, params: list[Any]) -> int:
+    """Run a statement on the default database; return how many rows it wrote (-1 in
+    `pipelined`, whose results are read later)."""
+    cursor = kept_cursor()
+    cursor.execute(sql, params)
+    return cursor.rowcount
 
 
 @functools.cache

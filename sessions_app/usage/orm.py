@@ -21,9 +21,16 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from sessions_app import models
-from sessions_app.connections import kept_cursor
 from sessions_app.errors import SessionNotFound
-from sessions_app.stores.statements import column, db_values, fetch_one, insert_rows, table
+from sessions_app.stores.statements import (
+    column,
+    db_values,
+    execute,
+    fetch_all,
+    fetch_one,
+    insert_rows,
+    table,
+)
 from sessions_app.usage import rules
 from sessions_app.usage.base import UsageStore
 from sessions_app.usage.types import (
@@ -236,9 +243,7 @@ def _existing(session_ids: Sequence[str]) -> set[str]:
         f"SELECT {identifier} FROM {table(session)} "
         f"WHERE {identifier} IN ({', '.join(['%s'] * len(session_ids))})"
     )
-    cursor = kept_cursor()
-    cursor.execute(sql, list(session_ids))
-    return {session_id for (session_id,) in cursor.fetchall()}
+    return {session_id for (session_id,) in fetch_all(sql, list(session_ids))}
 
 
 def _insert(rows: list[SimpleNamespace], *, read_back: bool) -> None:
@@ -253,13 +258,12 @@ def _insert(rows: list[SimpleNamespace], *, read_back: bool) -> None:
         values += db_values(
             models.UsageEntry, names, [getattr(row, field.attname) for field in _INSERTED_FIELDS]
         )
-    returning = f" RETURNING {column(models.UsageEntry, 'id')}" if read_back else ""
-    cursor = kept_cursor()
-    cursor.execute(insert_rows(models.UsageEntry, names, len(rows), returning), values)
     if not read_back:
+        execute(insert_rows(models.UsageEntry, names, len(rows)), values)
         return
-    ids = [row_id for (row_id,) in cursor.fetchall()]
-    for row, row_id in zip(rows, ids, strict=True):  # In insertion order on both databases.
+    returning = f" RETURNING {column(models.UsageEntry, 'id')}"
+    inserted = fetch_all(insert_rows(models.UsageEntry, names, len(rows), returning), values)
+    for row, (row_id,) in zip(rows, inserted, strict=True):  # In insertion order on both.
         row.id = row_id
 
 

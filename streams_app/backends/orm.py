@@ -16,10 +16,17 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from sessions_app.connections import kept_cursor
 from sessions_app.errors import HelixError
 from sessions_app.stores.rules import check_identifier
-from sessions_app.stores.statements import column, db_values, qualified, table
+from sessions_app.stores.statements import (
+    column,
+    db_values,
+    execute,
+    fetch_all,
+    fetch_one,
+    qualified,
+    table,
+)
 from streams_app.backends import notices
 from streams_app.backends.base import StreamManager, StreamWriter
 from streams_app.backends.doorbell import ChannelSubscription, bell
@@ -50,9 +57,7 @@ class ORMStreamManager(StreamManager):
         else:  # One statement creates or opens the stream: one round trip.
             now = timezone.now()
             params = [stream_id, stream_id, run_id, agent_type, ACTIVE, int(exclusive), now, now]
-            cursor = kept_cursor()
-            cursor.execute(sql, [*params, ACTIVE])
-            opened = cursor.fetchone()
+            opened = fetch_one(sql, [*params, ACTIVE])
         writer_epoch, previous_status, last_sequence = opened
         if previous_status != ACTIVE:
             _ring_changed(stream_id)
@@ -100,12 +105,11 @@ class ORMStreamManager(StreamManager):
                 {"position": n, "step": c["step"], "type": c["type"], "body": c}
                 for n, c in enumerate(chunks, 1)
             )
-            cursor = kept_cursor()
-            cursor.execute(
+            appended = fetch_all(
                 sql.append_fenced if epoch is not None else sql.append,
                 [*reserve_params, stream_id, len(chunks), now, rows],
             )
-            sequences = sorted(sequence for (sequence,) in cursor.fetchall())
+            sequences = sorted(sequence for (sequence,) in appended)
             if sequences:
                 sequenced = list(zip(sequences, chunks, strict=True))
                 notice = notice_for(sequenced, encoded_within=len(rows))
@@ -163,20 +167,10 @@ class ORMStreamManager(StreamManager):
         # One statement reserves and inserts for every stream: one round trip, atomic on its
         # own. A batch it cannot store (stream missing, not active, or fenced) reserves
         # nothing; the one-stream path then says why.
-        cursor = kept_cursor()
-        cursor.execute(
-            sql,
-            [
-                _json_rows(
-                    {"stream_id": b.stream_id, "epoch": b.epoch, "size": len(b.chunks)}
-                    for b in batches
-                ),
-                ACTIVE,
-                now,
-                rows,
-            ],
+        sizes = _json_rows(
+            {"stream_id": b.stream_id, "epoch": b.epoch, "size": len(b.chunks)} for b in batches
         )
-        reserved = dict(cursor.fetchall())
+        reserved = dict(fetch_all(sql, [sizes, ACTIVE, now, rows]))
         results: list[list[int] | HelixError] = []
         rings = []
         for batch in batches:
@@ -238,9 +232,8 @@ class ORMStreamManager(StreamManager):
         if sql is None:
             row, following, at_cursor = self._read_apart(stream_id, after, limit)
         else:  # One statement, one snapshot: the stream's row and the chunks agree.
-            cursor = kept_cursor()
-            cursor.execute(sql, [stream_id, after, limit + 1, after, stream_id])
-            status, trimmed_through, final_output, error, chunks, at_cursor = cursor.fetchone()
+            read = fetch_one(sql, [stream_id, after, limit + 1, after, stream_id])
+            status, trimmed_through, final_output, error, chunks, at_cursor = read
             final_field = Stream._meta.get_field("final_output")
             row = {
                 "status": status or StreamStatus.ACTIVE,
@@ -347,9 +340,7 @@ class ORMStreamManager(StreamManager):
         # One statement finishes a live stream; only when it finds none does it look why.
         names = ("status", "updated_at", field)
         params = db_values(Stream, names, (status, timezone.now(), value))
-        cursor = kept_cursor()
-        cursor.execute(_finish_statement(field), [*params, stream_id, *LIVE_STATUSES])
-        finished = cursor.rowcount
+        finished = execute(_finish_statement(field), [*params, stream_id, *LIVE_STATUSES])
         if finished:
             _ring_changed(stream_id)
             return
