@@ -112,7 +112,10 @@ def run(options: Options) -> Iterator[Table]:
     pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
     pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
     with workers(**pools) as running, daphne(env) as server:
-        steps_per_second(owner, 1)  # Warm both workers up.
+        # Warm both workers up, and as many pooled connections as saturation uses (each
+        # prepares its statements after a few runs of each), as bench.steps does.
+        warming = 1 if options.quick else SATURATION_SESSIONS
+        steps_per_second(owner, warming)
         steps = SATURATION_SESSIONS * agents.STEPS_PER_RUN
         with _CpuMeter(running, server, steps) as saturation_cpu:
             saturation = steps_per_second(owner, SATURATION_SESSIONS)
@@ -142,7 +145,8 @@ def run(options: Options) -> Iterator[Table]:
         FloorTables(raw) as floor,
         workers(**pools) as running,
     ):
-        floor_steps_per_second(floor, 1)  # Warm both workers and this process's pool up.
+        # Warm both workers, their pools and this process's up, as ours.
+        floor_steps_per_second(floor, warming)
         _floor_in_flight(floor, running, START_THREADS, model_seconds=0)
         floor_saturation = floor_steps_per_second(floor, SATURATION_SESSIONS)
         floors, floor_saturations = _between_saturations(

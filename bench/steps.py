@@ -67,8 +67,13 @@ def run(options: Options) -> Iterator[Table]:
         workers() as running,
     ):
         commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
-        steps_per_second(owner, 1)  # Warm up both workers' connections and imports.
-        floor_steps_per_second(floor, 1)
+        # Warm up the workers' imports, and as many pooled connections (each preparing its
+        # statements after a few runs of each) as the most sessions use, on every side; a
+        # quick run warms up the imports only.
+        warming = 1 if options.quick else max(CONCURRENT_SESSIONS)
+        steps_per_second(owner, warming)
+        floor_steps_per_second(floor, warming)
+        floor_steps_per_second(floor, warming, hops=False)
         rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         floor_rates: dict[int, list[float]] = {sessions: [] for sessions in CONCURRENT_SESSIONS}
         hop_free_rates: dict[int, list[float]] = {s: [] for s in CONCURRENT_SESSIONS}
@@ -115,7 +120,8 @@ def run(options: Options) -> Iterator[Table]:
         "same against the raw floor with no broker hop (each chain's hops in one task, as ours "
         "run a run's steps within a time slice), for reference, with no target; the latency of "
         "one step of one session against one raw commit.",
-        f"Median of {rounds} round(s) per concurrency; every round, ours: {_every_round(rates)}"
+        f"Median of {rounds} round(s) per concurrency, after a round of {warming} session(s) "
+        f"on each side to warm up; every round, ours: {_every_round(rates)}"
         f"; raw floor: {_every_round(floor_rates)}; with no hop: {_every_round(hop_free_rates)}",
         f"Each run takes {agents.STEPS_PER_RUN} steps; {WORKER_PROCESSES} worker processes "
         "started as the Procfile starts them (a threads pool; connections from a pool).",
