@@ -104,6 +104,9 @@ def run(options: Options) -> Iterator[Table]:
     """Yield the in-flight table, then the fairness table."""
     owner, cookie = signed_in_owner()
     sizes = QUICK_SIZES if options.quick else SIZES
+    # Each side first warms up its workers, and as many pooled connections as saturation uses
+    # (each prepares its statements after a few runs of each), as bench.steps does.
+    warming = 1 if options.quick else SATURATION_SESSIONS
     env = {
         **daphne_env(connection.settings_dict),
         "HELIX_AGENTS": "bench.agents",
@@ -112,9 +115,6 @@ def run(options: Options) -> Iterator[Table]:
     pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
     pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
     with workers(**pools) as running, daphne(env) as server:
-        # Warm both workers up, and as many pooled connections as saturation uses (each
-        # prepares its statements after a few runs of each), as bench.steps does.
-        warming = 1 if options.quick else SATURATION_SESSIONS
         steps_per_second(owner, warming)
         steps = SATURATION_SESSIONS * agents.STEPS_PER_RUN
         with _CpuMeter(running, server, steps) as saturation_cpu:
@@ -145,8 +145,7 @@ def run(options: Options) -> Iterator[Table]:
         FloorTables(raw) as floor,
         workers(**pools) as running,
     ):
-        # Warm both workers, their pools and this process's up, as ours.
-        floor_steps_per_second(floor, warming)
+        floor_steps_per_second(floor, warming)  # This process's pool warms up too.
         _floor_in_flight(floor, running, START_THREADS, model_seconds=0)
         floor_saturation = floor_steps_per_second(floor, SATURATION_SESSIONS)
         floors, floor_saturations = _between_saturations(

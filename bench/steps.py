@@ -61,16 +61,16 @@ def run(options: Options) -> Iterator[Table]:
     """Yield the table of steps per second at each concurrency and the per-step overhead."""
     owner = bench_owner()
     rounds = 1 if options.quick else ROUNDS
+    # Each side first warms up the workers' imports, and as many pooled connections (each
+    # preparing its statements after a few runs of each) as the most sessions use; a quick
+    # run warms up the imports only.
+    warming = 1 if options.quick else max(CONCURRENT_SESSIONS)
     with (
         connect(connection.settings_dict, like_django=False) as raw,
         FloorTables(raw) as floor,
         workers() as running,
     ):
         commit = Stepper(RawSessionStore(raw, executemany=True).save_state_and_promote_staging)
-        # Warm up the workers' imports, and as many pooled connections (each preparing its
-        # statements after a few runs of each) as the most sessions use, on every side; a
-        # quick run warms up the imports only.
-        warming = 1 if options.quick else max(CONCURRENT_SESSIONS)
         steps_per_second(owner, warming)
         floor_steps_per_second(floor, warming)
         floor_steps_per_second(floor, warming, hops=False)
