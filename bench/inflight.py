@@ -8,7 +8,9 @@ steps per second: every step waiting on its model at the same time. Reported bes
 
 - steps/s against that ideal, and against the saturation figure of `bench.steps` (steps with
   an instant model, all the machine can do) measured on the same workers in the same run:
-  with many steps in flight the machine is CPU-bound, and waiting steps must not slow it;
+  with many steps in flight the machine is CPU-bound, and waiting steps must not slow it.
+  Saturation has no client, so each size runs a second time with none, for that row: the
+  waiting alone differs (the clients' cost shows between the two runs);
 - the overhead per step, its wall time less the model's second (checkpoint to checkpoint);
 - how long a chunk takes to reach a WebSocket client: the first delta of each step, and all;
 - the most database connections open at once, against what the pools allow;
@@ -26,8 +28,8 @@ steps per second: every step waiting on its model at the same time. Reported bes
   its 10-hop chains at saturation, on workers set up as ours, after ours. Ours are held
   against the issue's targets and, beside them, against the same ratios of what the floor
   reaches: at N=100 80% of the floor's steps/s, from N=500 on 90% of the floor's own share of
-  its saturation. No client follows the floor's chains, so at N=100 ours run a second time
-  with none either, for that row: like against like (the clients' cost shows between the two).
+  its saturation. No client follows the floor's chains: those rows take ours' runs with
+  none either, like against like.
   The machine's speed drifts within minutes, so saturation, ours' and the floor's, is measured
   again after each size, and each size is held to the mean of the figures around it.
 
@@ -126,18 +128,18 @@ def run(options: Options) -> Iterator[Table]:
                 agents.INSTANT_WAITER_AGENT_TYPE,
                 steps=agents.WAITER_STEPS,
             )
-        results, saturations = _between_saturations(
+        # Each size twice: followed by the clients, then with none, as saturation and the
+        # floor's chains run, for the rows held to those.
+        pairs, saturations = _between_saturations(
             saturation,
             sizes,
-            lambda size: _in_flight(owner, cookie, server, running, size),
+            lambda size: (
+                _in_flight(owner, cookie, server, running, size),
+                _in_flight(owner, cookie, server, running, size, followers=0),
+            ),
             lambda: steps_per_second(owner, SATURATION_SESSIONS),
         )
-        # Held to the floor's steps/s, which no client follows: the same runs unfollowed.
-        unfollowed = [
-            _in_flight(owner, cookie, server, running, size, followers=0)
-            for size in sizes
-            if _against_the_ideal(size, options)
-        ]
+        results, unfollowed = [list(runs) for runs in zip(*pairs, strict=True)]
     # The floor on workers of its own, set up alike: with ours' pools open beside its own, the
     # connections would outgrow PostgreSQL's default `max_connections`.
     with (
@@ -488,9 +490,9 @@ def _table(
     rows: list[Row] = []
     notes = []
     allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
-    alone = {result.size: result for result in unfollowed}
-    for result, floor, saturation, floor_saturation in zip(
+    for result, quiet, floor, saturation, floor_saturation in zip(
         results,
+        unfollowed,
         floors,
         _around(baselines.saturations),
         _around(baselines.floor_saturations),
@@ -507,7 +509,7 @@ def _table(
                 ),
                 Row(
                     metric=f"N={n}: steps/s vs the raw floor's, neither followed",
-                    orm=alone[n].steps_per_second,
+                    orm=quiet.steps_per_second,
                     strict_raw=floor.steps_per_second,
                     higher_is_better=True,
                     target=1 / IDEAL_SHARE_TARGET,
@@ -517,8 +519,8 @@ def _table(
         else:
             rows += [
                 Row(
-                    metric=f"N={n}: steps/s vs saturation",
-                    orm=result.steps_per_second,
+                    metric=f"N={n}: steps/s vs saturation, no client",
+                    orm=quiet.steps_per_second,
                     lenient_raw=baselines.at_once,
                     strict_raw=saturation,
                     higher_is_better=True,
@@ -526,8 +528,8 @@ def _table(
                     precision=0,
                 ),
                 Row(
-                    metric=f"N={n}: share of saturation vs the raw floor's",
-                    orm=result.steps_per_second / saturation,
+                    metric=f"N={n}: share of saturation vs the raw floor's, neither followed",
+                    orm=quiet.steps_per_second / saturation,
                     strict_raw=floor.steps_per_second / floor_saturation,
                     higher_is_better=True,
                     target=1 / SATURATION_SHARE_TARGET,
@@ -535,8 +537,8 @@ def _table(
                 # The shares differ with the saturation figures too (ours' runs go on within a
                 # time slice, the floor's chains hop a task a step): the steps/s alone, beside.
                 Row(
-                    metric=f"N={n}: steps/s vs the raw floor's",
-                    orm=result.steps_per_second,
+                    metric=f"N={n}: steps/s vs the raw floor's, neither followed",
+                    orm=quiet.steps_per_second,
                     strict_raw=floor.steps_per_second,
                     higher_is_better=True,
                     precision=0,
@@ -548,7 +550,11 @@ def _table(
             for peak, idle in zip(result.peak_rss_kb, result.idle_rss_kb, strict=True)
         )
         rows += [
-            Row(metric=f"N={n}: steps/s", orm=result.steps_per_second, precision=0),
+            Row(
+                metric=f"N={n}: steps/s, clients following",
+                orm=result.steps_per_second,
+                precision=0,
+            ),
             Row(metric=f"N={n}: overhead p50 ms", orm=_quantile(result.overheads_ms, 0.5)),
             Row(metric=f"N={n}: overhead p99 ms", orm=_quantile(result.overheads_ms, 0.99)),
             Row(metric=f"N={n}: first delta p50 ms", orm=percentile_ms(result.first_delta_ns, 50)),
@@ -573,11 +579,10 @@ def _table(
             f"saturation, {floor_saturation:.0f} around it); its starts took "
             f"{floor.starting_seconds:.2f} s; {floor.cpu}"
         )
-        if n in alone:
-            notes.append(
-                f"N={n} with no client following: {alone[n].steps_per_second:.1f} steps/s; "
-                f"the starts took {alone[n].starting_seconds:.2f} s; {alone[n].cpu}"
-            )
+        notes.append(
+            f"N={n} with no client following: {quiet.steps_per_second:.1f} steps/s; "
+            f"the starts took {quiet.starting_seconds:.2f} s; {quiet.cpu}"
+        )
     notes += [
         f"Saturation (bench.steps, {SATURATION_SESSIONS} sessions, an instant model): "
         f"{baselines.saturations[0]:.0f} steps/s on the same workers; {baselines.saturation_cpu}. "
@@ -586,13 +591,14 @@ def _table(
         f"The same steps at once ({AT_ONCE_SESSIONS} sessions of "
         f"{agents.INSTANT_WAITER_AGENT_TYPE}, the waiter's {agents.WAITER_STEPS}-step runs "
         f"without the wait): {baselines.at_once:.0f} steps/s; {baselines.at_once_cpu}. The "
-        "middle ratio, these over steps in flight, is what waiting and the clients cost.",
+        "middle ratio, these over steps in flight with no client, is what waiting costs.",
         f"The raw floor's saturation (bench.floor's 10-hop chains, {SATURATION_SESSIONS} "
         f"sessions): {_figures(baselines.floor_saturations)} steps/s (first, then after each "
         "size), on workers set up as ours, "
         "started after ours. Its waiting chains have no clients; the rows against it hold "
-        "ours to the issue's ratios of what the floor reaches, and at the ideal's sizes ours "
-        "run a second time with no client, as the floor's, for its row.",
+        "ours to the issue's ratios of what the floor reaches. Each size runs twice, followed "
+        "by the clients, then with none: the rows held to a figure measured with no client "
+        "(saturation, the same steps at once, the floor) take the second.",
         f"Connections allowed: {WORKER_PROCESSES} workers x {DATABASE_POOL} + Daphne "
         f"{DAPHNE_POOL} = {allowed}; the benchmark's own are not counted.",
         f"Workers: {WORKER_PROCESSES} processes, HELIX_WORKER_CONCURRENCY={THREADS_PER_WORKER}; "
