@@ -139,7 +139,8 @@ def run(options: Options) -> Iterator[Table]:
             ),
             lambda: steps_per_second(owner, SATURATION_SESSIONS),
         )
-        results, unfollowed = [list(runs) for runs in zip(*pairs, strict=True)]
+        results = [followed for followed, _ in pairs]
+        unfollowed = [quiet for _, quiet in pairs]
     # The floor on workers of its own, set up alike: with ours' pools open beside its own, the
     # connections would outgrow PostgreSQL's default `max_connections`.
     with (
