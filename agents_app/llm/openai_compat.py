@@ -15,10 +15,11 @@ agent's `llm` config):
 - `max_tokens_param`: the body field for `max_tokens` (``max_completion_tokens`` for OpenAI's
   reasoning models).
 
-Each reply is read by a thread of its own, so `close()` ends the iteration at once even while
-the server has not answered yet; it also shuts the connection down, so the server stops
-generating. Streaming requests ask for ``Connection: close``: a connection is never reused
-after its stream, so shutting it down can never cut another request short.
+Each request is sent by a thread of its own, so `close()` ends the iteration at once even while
+the server has not answered yet; the reply is read, as its server-sent events' JSON, in the
+iterating thread, whose reading `close()` ends by shutting the connection down, so the server
+stops generating. Streaming requests ask for ``Connection: close``: a connection is never
+reused after its stream, so shutting it down can never cut another request short.
 """
 
 import contextlib
@@ -33,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import openai
-from openai.types.chat import ChatCompletionChunk
 
 from agents_app.llm.base import (
     AdapterContext,
@@ -217,31 +218,40 @@ def _client(
 
 @dataclass(frozen=True, slots=True)
 class _Raised:
-    """An exception the reader thread hands to the consumer."""
+    """An exception the request's thread hands to the consumer."""
 
     error: BaseException
 
 
 _END = object()
+# What reading an event raises when it is not JSON, or not a chunk's JSON.
+_MALFORMED = (ValueError, TypeError, AttributeError)
 
 
 class OpenAICompatStream:
-    """One streamed chat completion; the request is sent when iteration starts."""
+    """One streamed chat completion; the request is sent when iteration starts.
+
+    A thread of its own sends the request and waits for the server's answer, so `close()`
+    ends the iteration at once even while the server has not answered yet. The reply is then
+    read in the iterating thread: a step waiting on its model holds that one thread, and each
+    event reaches it without a hand-over. `close()` from another thread wakes it by shutting
+    the connection down.
+    """
 
     def __init__(self, client: openai.OpenAI, body: dict[str, Any]) -> None:
         self.client = client
         self.body = body
         self._closed = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # Orders the answer's hand-over against `close()`.
         self._response: Any = None
-        self._items: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._answered: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._started = False
 
     def close(self) -> None:
-        self._closed.set()
-        self._items.put(_END)
         with self._lock:
+            self._closed.set()
             response = self._response
+        self._answered.put(_END)
         if response is not None:
             _shut_down(response)
 
@@ -251,55 +261,90 @@ class OpenAICompatStream:
         self._started = True
         if self._closed.is_set():
             return
-        threading.Thread(target=self._read, name="helix-llm-stream", daemon=True).start()
+        threading.Thread(target=self._request, name="helix-llm-request", daemon=True).start()
+        answered = self._answered.get()
+        if answered is _END:
+            return
+        if isinstance(answered, _Raised):
+            raise answered.error
         try:
-            while True:
-                item = self._items.get()
-                if item is _END or self._closed.is_set():
-                    return
-                if isinstance(item, _Raised):
-                    raise item.error
-                yield item
+            yield from _events(answered.response, self.body["model"], self._closed)
+        except (httpx2.HTTPError, httpx2.StreamError, *_MALFORMED) as error:
+            if not self._closed.is_set():  # Else the connection was shut down by `close()`.
+                raise _read_error(error) from None
         finally:
+            answered.close()
             self.close()
 
-    def _read(self) -> None:
-        """Put the reply's events on the queue, then `_END`; runs in a thread of its own.
+    def _request(self) -> None:
+        """Send the request; hand the answered stream, or the error, to the consumer.
 
-        After `close()` the consumer has gone: what is left, errors included, goes nowhere.
+        A stream answered after `close()` is closed here: the consumer has gone.
         """
         try:
-            with contextlib.closing(self._events()) as events:
-                for event in events:
-                    if self._closed.is_set():
-                        return
-                    self._items.put(event)
+            answered = self.client.chat.completions.create(**self.body)
         except openai.OpenAIError as error:
-            self._items.put(_Raised(_llm_error(error)))
-        except ValueError as error:  # A chunk that is not JSON.
-            message = f"The model server sent a malformed stream: {error}"
-            self._items.put(_Raised(LLMError(message, retryable=True)))
-        except Exception as error:  # Not swallowed: the consumer raises it.
-            self._items.put(_Raised(error))
-        finally:
-            self._items.put(_END)
-
-    def _events(self) -> Iterator[LLMEvent]:
-        chunks = self.client.chat.completions.create(**self.body)
-        with self._lock:
-            self._response = chunks.response
-        if self._closed.is_set():
-            _shut_down(chunks.response)
-            chunks.close()
+            self._answered.put(_Raised(_llm_error(error)))
             return
-        reply = _Reply(model=self.body["model"])
-        with chunks:
-            for chunk in chunks:
-                yield from reply.add(chunk)
-        if reply.finish is None:
-            raise LLMError("The model's stream ended before the reply finished.", retryable=True)
-        yield from reply.tool_calls()
-        yield Finish(reply.finish)
+        except Exception as error:  # Not swallowed: the consumer raises it.
+            self._answered.put(_Raised(error))
+            return
+        with self._lock:
+            self._response = answered.response
+            closed = self._closed.is_set()
+            if not closed:
+                self._answered.put(answered)
+        if closed:
+            _shut_down(answered.response)
+            answered.close()
+
+
+def _events(response: httpx2.Response, model: str, closed: threading.Event) -> Iterator[LLMEvent]:
+    """Yield the events of an answered reply, read from its server-sent events as they arrive.
+
+    Each event's JSON is read as it is: the SDK's stream would build a typed chunk of each one,
+    which costs several times the reading (`bench/model_stream.py`).
+    """
+    reply = _Reply(model=model)
+    for data in _sse_data(response.iter_lines()):
+        if closed.is_set():
+            return
+        if data.startswith("[DONE]"):
+            break
+        chunk = json.loads(data)
+        if isinstance(chunk, dict) and chunk.get("error"):
+            message = f"The model server failed mid-stream: {_error_message(chunk)}"
+            raise LLMError(message, retryable=True)
+        yield from reply.add(chunk)
+    if closed.is_set():  # Its connection was shut down by `close()`.
+        return
+    if reply.finish is None:
+        raise LLMError("The model's stream ended before the reply finished.", retryable=True)
+    yield from reply.tool_calls()
+    yield Finish(reply.finish)
+
+
+def _sse_data(lines: Iterator[str]) -> Iterator[str]:
+    """Yield the data of each server-sent event (its `data` lines joined), as the SSE format
+    says: an event ends at a blank line; comments and other fields are left out."""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value.removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+def _error_message(chunk: dict[str, Any]) -> str:
+    error = chunk["error"]
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) and message else "An error occurred during streaming"
 
 
 @dataclass(slots=True)
@@ -319,45 +364,48 @@ class _Reply:
     finish: FinishReason | None = None
     calls_sent: bool = False
 
-    def add(self, chunk: ChatCompletionChunk) -> Iterator[LLMEvent]:
-        for choice in chunk.choices:
-            if choice.index != 0:
+    def add(self, chunk: dict[str, Any]) -> Iterator[LLMEvent]:
+        """Yield the events of one `chat.completion.chunk`, as its JSON reads."""
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
                 continue
-            delta = choice.delta
-            extra = delta.model_extra or {}
-            reasoning = next((extra[key] for key in REASONING_FIELDS if extra.get(key)), None)
+            delta = choice.get("delta") or {}
+            reasoning = next((delta[key] for key in REASONING_FIELDS if delta.get(key)), None)
             if isinstance(reasoning, str):
                 yield ReasoningDelta(reasoning)
-            if delta.content:
-                yield TextDelta(delta.content)
-            if delta.refusal:
-                yield TextDelta(delta.refusal)
-            for fragment in delta.tool_calls or ():
+            if content := delta.get("content"):
+                yield TextDelta(content)
+            if refusal := delta.get("refusal"):
+                yield TextDelta(refusal)
+            for fragment in delta.get("tool_calls") or ():
                 self._add_fragment(fragment)
-            if choice.finish_reason:
-                self.finish = FINISH_REASONS.get(choice.finish_reason, "other")
+            if finish := choice.get("finish_reason"):
+                self.finish = FINISH_REASONS.get(finish, "other")
                 if self.calls and self.finish == "stop":  # Some servers say "stop" after calls.
                     self.finish = "tool_calls"
                 yield from self.tool_calls()
-        if chunk.usage is not None:
-            yield _usage(chunk.model or self.model, chunk.usage)
+        if (usage := chunk.get("usage")) is not None:
+            yield _usage(chunk.get("model") or self.model, usage)
 
-    def _add_fragment(self, fragment: Any) -> None:
+    def _add_fragment(self, fragment: dict[str, Any]) -> None:
         """Add a piece of a tool call; the first piece at an index names the call."""
-        index = fragment.index if fragment.index is not None else len(self.calls)
+        index = fragment.get("index")
+        index = index if index is not None else len(self.calls)
         call = self.by_index.get(index)
-        if call is None or (fragment.id and call.id and fragment.id != call.id):
+        fragment_id = fragment.get("id")
+        if call is None or (fragment_id and call.id and fragment_id != call.id):
             # A new call; a different id at a used index is one too (Ollama numbers all 0).
             call = self.by_index[index] = _PartialCall()
             self.calls.append(call)
-        if fragment.id and not call.id:
-            call.id = fragment.id
-        function = fragment.function
+        if fragment_id and not call.id:
+            call.id = fragment_id
+        function = fragment.get("function")
         if function is not None:
-            if function.name and function.name != call.name:
-                call.name += function.name
-            if function.arguments:
-                call.arguments.append(function.arguments)
+            name = function.get("name")
+            if name and name != call.name:
+                call.name += name
+            if arguments := function.get("arguments"):
+                call.arguments.append(arguments)
 
     def tool_calls(self) -> Iterator[ToolCall]:
         """Yield the assembled tool calls, once."""
@@ -370,18 +418,18 @@ class _Reply:
             yield ToolCall(call_id, call.name, arguments, invalid_arguments=invalid)
 
 
-def _usage(model: str, usage: Any) -> Usage:
-    prompt = usage.prompt_tokens or 0
-    completion = usage.completion_tokens or 0
-    completion_details = usage.completion_tokens_details
-    prompt_details = usage.prompt_tokens_details
+def _usage(model: str, usage: dict[str, Any]) -> Usage:
+    prompt = usage.get("prompt_tokens") or 0
+    completion = usage.get("completion_tokens") or 0
+    completion_details = usage.get("completion_tokens_details") or {}
+    prompt_details = usage.get("prompt_tokens_details") or {}
     return Usage(
         model=model,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        reasoning_tokens=(completion_details and completion_details.reasoning_tokens) or 0,
-        cached_tokens=(prompt_details and prompt_details.cached_tokens) or 0,
-        total_tokens=usage.total_tokens or prompt + completion,
+        reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
+        cached_tokens=prompt_details.get("cached_tokens") or 0,
+        total_tokens=usage.get("total_tokens") or prompt + completion,
     )
 
 
@@ -399,9 +447,18 @@ def _llm_error(error: openai.OpenAIError) -> LLMError:
     if isinstance(error, openai.APIConnectionError):
         cause = error.__cause__
         return LLMError(f"Cannot reach the model server: {cause or error}", retryable=True)
-    if isinstance(error, openai.APIError):  # An error event in the middle of the stream.
-        return LLMError(f"The model server failed mid-stream: {error.message}", retryable=True)
+    if isinstance(error, openai.APIError):  # An answer the SDK could not take.
+        return LLMError(f"The model server failed: {error.message}", retryable=True)
     return LLMError(str(error), retryable=False)
+
+
+def _read_error(error: Exception) -> LLMError:
+    """Return the `LLMError` for an error met reading a reply: retryable, all of them."""
+    if isinstance(error, httpx2.TimeoutException):
+        return LLMError("The model server timed out.", retryable=True)
+    if isinstance(error, _MALFORMED):
+        return LLMError(f"The model server sent a malformed stream: {error}", retryable=True)
+    return LLMError(f"The model server's stream broke off: {error}", retryable=True)
 
 
 def _shut_down(response: Any) -> None:

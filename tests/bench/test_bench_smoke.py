@@ -122,6 +122,15 @@ def test_quick_state_bench_delivers_every_round_once_and_prints_ratios() -> None
         assert len(rows) == 1, result.stdout
 
 
+@pytest.mark.postgres
+def test_quick_model_stream_bench_reads_every_reply_whole_and_prints_ratios() -> None:
+    result = _quick_bench("model-stream")
+    # Each side checks that it read every event of every reply, or the run stops.
+    assert "Reading a model's reply (103 events, 10 ms apart): CPU µs per event" in result.stdout
+    for metric in ("µs per event, 1 stream", "µs per event, 5 streams at once"):
+        assert re.search(RATIO_ROW.format(metric=metric), result.stdout, re.M), result.stdout
+
+
 def _quick_bench(*parts: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run `python -m bench --quick` on the given parts; fail unless it exits 0."""
     result = subprocess.run(

@@ -16,9 +16,10 @@ from typing import Any
 
 @dataclass
 class Stream:
-    """Answer 200 with these chunks as server-sent events, `delay` seconds apart."""
+    """Answer 200 with these chunks as server-sent events, `delay` seconds apart; a string is
+    sent as it is (comments, other fields, data over several lines)."""
 
-    chunks: list[dict[str, Any]]
+    chunks: list[dict[str, Any] | str]
     delay: float = 0.0
     head_delay: float = 0.0
     done: bool = True
@@ -98,7 +99,8 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 for chunk in reply.chunks:
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    event = chunk if isinstance(chunk, str) else f"data: {json.dumps(chunk)}\n\n"
+                    self.wfile.write(event.encode())
                     self.wfile.flush()
                     self._pause(reply.delay)
                 if reply.done:

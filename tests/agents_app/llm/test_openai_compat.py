@@ -1,5 +1,6 @@
 """The OpenAI-compatible adapter against a real local server speaking streaming chat completions."""
 
+import json
 import socket
 import threading
 import time
@@ -408,6 +409,18 @@ def test_an_error_event_mid_stream_is_retryable(chat_server):
     assert caught.value.retryable is True
 
 
+@pytest.mark.parametrize("event", ["data: {not json\n\n", 'data: {"choices": "none"}\n\n'])
+def test_an_event_that_is_not_a_chunk_is_a_retryable_malformed_stream(chat_server, event):
+    chat_server.reply(Stream([chunk({"content": "par"}), event, chunk(finish="stop")]))
+    got: list = []
+
+    with pytest.raises(LLMError, match="malformed stream") as caught:
+        got.extend(adapter(chat_server).stream(ask()))
+
+    assert got == [TextDelta("par")]
+    assert caught.value.retryable is True
+
+
 def test_a_stream_cut_off_before_the_finish_is_retryable(chat_server):
     chat_server.reply(Stream([chunk({"content": "half"})], done=False))
 
@@ -424,6 +437,40 @@ def test_a_read_timeout_is_retryable(chat_server):
         list(adapter(chat_server, timeout=0.3).stream(ask()))
 
     assert caught.value.retryable is True
+
+
+def test_comments_other_fields_and_data_over_several_lines_read_as_server_sent_events(
+    chat_server,
+):
+    over_lines = json.dumps(chunk({"content": "two lines"}), indent=1).replace("\n", "\ndata: ")
+    chat_server.reply(
+        Stream(
+            [
+                ": keep-alive\n\n",
+                chunk({"content": "one, "}),
+                f"event: message\nid: 7\ndata: {over_lines}\n\n",
+                chunk(finish="stop"),
+            ]
+        )
+    )
+
+    got = list(adapter(chat_server).stream(ask()))
+
+    assert got == [TextDelta("one, "), TextDelta("two lines"), Finish("stop")]
+
+
+def test_a_reply_is_read_in_the_iterating_thread_with_no_other_left_waiting(chat_server):
+    # A step waiting on its model holds one thread: the request's own is gone once the
+    # server has answered.
+    words = [chunk({"content": f"w{n} "}) for n in range(4)]
+    chat_server.reply(Stream([*words, chunk(finish="stop")], delay=0.1))
+    helpers = None
+
+    for event in adapter(chat_server).stream(ask()):
+        if event == TextDelta("w2 "):
+            helpers = [t.name for t in threading.enumerate() if t.name.startswith("helix-llm")]
+
+    assert helpers == []
 
 
 def test_closing_mid_stream_from_another_thread_ends_iteration_and_the_connection(chat_server):
