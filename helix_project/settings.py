@@ -349,4 +349,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # The HTTP clients of the model and MCP SDKs log each request, its URL whole, at INFO: a
+    # line per step, and a token in a URL's query would land in the logs.
+    "loggers": {
+        name: {"level": env.str("HTTP_CLIENT_LOG_LEVEL", default="WARNING")}
+        for name in ("httpx", "httpx2")
+    },
 }

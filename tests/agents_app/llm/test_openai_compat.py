@@ -297,6 +297,16 @@ def test_the_request_carries_model_messages_tools_and_stream_options(chat_server
     }
 
 
+def test_a_request_logs_no_line_of_its_http_client_at_info(chat_server, caplog):
+    # One a step, with its URL whole: a token in the URL's query would land in the logs.
+    chat_server.reply(text_reply("ok"))
+
+    list(adapter(chat_server).stream(ask()))
+
+    assert chat_server.requests
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("httpx")] == []
+
+
 def test_options_fill_what_the_request_leaves_unset(chat_server):
     chat_server.reply(text_reply("ok"))
     options = {
