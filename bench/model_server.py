@@ -2,8 +2,9 @@
 
 It answers every `POST .../chat/completions` with the same streamed reply, as an
 OpenAI-compatible server does: a role chunk, EVENTS content chunks `DELAY` seconds apart, the
-finish and the usage, then `[DONE]`, each a server-sent event. It prints its base URL, then
-serves until it is stopped. Run in a process of its own, its CPU is not the client's.
+finish and the usage, then `[DONE]`, each a server-sent event, in a chunked HTTP/1.1 body on a
+connection kept for the client's next request. It prints its base URL, then serves until it is
+stopped. Run in a process of its own, its CPU is not the client's.
 """
 
 import json
@@ -16,7 +17,8 @@ FRAMING_EVENTS = 3
 
 
 def reply_events(events: int) -> list[bytes]:
-    """Return the reply's server-sent events, encoded, `[DONE]` last."""
+    """Return the reply's server-sent events, each an HTTP chunk, `[DONE]` and the body's end
+    last."""
 
     def chunk(**fields) -> dict:
         return {"id": "bench", "object": "chat.completion.chunk", "model": "bench", **fields}
@@ -31,7 +33,8 @@ def reply_events(events: int) -> list[bytes]:
         chunk(choices=choice({}, "stop")),
         chunk(choices=[], usage=usage),
     ]
-    return [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+    events = [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]
+    return [b"%x\r\n%s\r\n" % (len(event), event) for event in events] + [b"0\r\n\r\n"]
 
 
 def main() -> None:
@@ -39,10 +42,13 @@ def main() -> None:
     reply = reply_events(events)
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             try:
                 for event in reply:
@@ -50,7 +56,7 @@ def main() -> None:
                     self.wfile.flush()
                     time.sleep(delay)
             except (BrokenPipeError, ConnectionResetError):
-                pass
+                self.close_connection = True
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -58,6 +64,10 @@ def main() -> None:
     class Server(ThreadingHTTPServer):
         daemon_threads = True
         request_queue_size = 1024  # Every stream of a round connects at once.
+
+        def handle_error(self, request, client_address) -> None:
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # A client gone: no news.
+                super().handle_error(request, client_address)
 
     server = Server(("127.0.0.1", 0), Handler)
     print(f"http://127.0.0.1:{server.server_address[1]}/v1", flush=True)

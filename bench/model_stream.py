@@ -105,15 +105,13 @@ def _readers(url: str) -> dict[str, Callable[[], None]]:
         assert events[-1] == Finish("stop"), events[-1]
 
     def sdk() -> None:
-        close = {"Connection": "close"}
-        with client.chat.completions.create(**body, extra_headers=close) as stream:
+        with client.chat.completions.create(**body) as stream:
             chunks = sum(1 for _ in stream)
         assert chunks == EVENTS + FRAMING_EVENTS, chunks
 
     def raw() -> None:
         chunks = 0
-        close = {"Connection": "close"}
-        with http.stream("POST", "/chat/completions", json=body, headers=close) as response:
+        with http.stream("POST", "/chat/completions", json=body) as response:
             for line in response.iter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     json.loads(line[6:])

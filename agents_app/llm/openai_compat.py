@@ -19,8 +19,8 @@ The request's body is sent as it is, by a thread of its own, so `close()` ends t
 once even while the server has not answered yet; the reply is read, as its server-sent events'
 JSON, in the iterating thread, whose reading `close()` ends by shutting the connection down, so
 the server stops generating (what the SDK's typed request and chunks would cost a step:
-`bench/model_stream.py`). Streaming requests ask for ``Connection: close``: a connection is never
-reused after its stream, so shutting it down can never cut another request short.
+`bench/model_stream.py`). Connections are kept for the next request, as the SDK keeps them:
+`close()` shuts one down only while its reply is unfinished, when no other request can have it.
 """
 
 import contextlib
@@ -232,13 +232,18 @@ class OpenAICompatStream:
     read in the iterating thread: a step waiting on its model holds that one thread, and each
     event reaches it without a hand-over. `close()` from another thread wakes it by shutting
     the connection down.
+
+    `_response` is the reply while it is unfinished; reading it over, the stream drops it
+    before closing it, which may hand its connection back to the client's pool for another
+    request. Both happen under `_lock`, so `close()` never shuts a connection down that another
+    request may be using.
     """
 
     def __init__(self, client: openai.OpenAI, body: dict[str, Any]) -> None:
         self.client = client
         self.body = body
         self._closed = threading.Event()
-        self._lock = threading.Lock()  # Orders the answer's hand-over against `close()`.
+        self._lock = threading.Lock()  # Guards `_response` and the hand-over against `close()`.
         self._response: Any = None
         self._answered: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._started = False
@@ -246,10 +251,9 @@ class OpenAICompatStream:
     def close(self) -> None:
         with self._lock:
             self._closed.set()
-            response = self._response
+            if self._response is not None:  # Unfinished: its connection serves it alone.
+                _shut_down(self._response)
         self._answered.put(_END)
-        if response is not None:
-            _shut_down(response)
 
     def __iter__(self) -> Iterator[LLMEvent]:
         if self._started:
@@ -269,6 +273,8 @@ class OpenAICompatStream:
             if not self._closed.is_set():  # Else the connection was shut down by `close()`.
                 raise _read_error(error) from None
         finally:
+            with self._lock:
+                self._response = None
             answered.close()
             self.close()
 
@@ -286,9 +292,9 @@ class OpenAICompatStream:
             self._answered.put(_Raised(error))
             return
         with self._lock:
-            self._response = answered.response
             closed = self._closed.is_set()
             if not closed:
+                self._response = answered.response
                 self._answered.put(answered)
         if closed:
             _shut_down(answered.response)
@@ -301,13 +307,13 @@ def _send(client: openai.OpenAI, body: dict[str, Any]) -> openai.Stream[Any]:
     Through the client's `post`, as `chat.completions.create` sends it (auth, retries,
     errors), but without the SDK's walk of the body against its parameter types, which cost
     9.5 ms of CPU a request for a conversation of 76 messages and 8 tools: the body is JSON
-    already. Its headers ask for ``Connection: close``.
+    already.
     """
     return client.post(
         "/chat/completions",
         body=body,
         cast_to=object,
-        options={"headers": {"Connection": "close"}, "security": {"bearer_auth": True}},
+        options={"security": {"bearer_auth": True}},
         stream=True,
         stream_cls=openai.Stream[object],
     )
@@ -320,10 +326,13 @@ def _events(response: httpx2.Response, model: str, closed: threading.Event) -> I
     which costs several times the reading (`bench/model_stream.py`).
     """
     reply = _Reply(model=model)
-    for data in _sse_data(response.iter_lines()):
+    events = _sse_data(response.iter_lines())
+    for data in events:
         if closed.is_set():
             return
         if data.startswith("[DONE]"):
+            for _ in events:  # Its body ends here: read to the end, so its connection is kept.
+                pass
             break
         chunk = json.loads(data)
         if isinstance(chunk, dict) and chunk.get("error"):

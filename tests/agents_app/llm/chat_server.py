@@ -1,7 +1,9 @@
 """A real local HTTP server that speaks OpenAI's streaming chat completions, for adapter tests.
 
 Each request takes the next reply queued with `ChatServer.reply`; the server records every
-request (path, headers, JSON body) and notices when a client hangs up mid-stream.
+request (path, headers, JSON body, the client's port) and notices when a client hangs up
+mid-stream. It speaks HTTP/1.1 as model servers do: a stream's body goes in chunks, and a
+connection serves one request after another until the client closes it.
 """
 
 import json
@@ -38,6 +40,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    port: int  # The client's: one connection's requests share it.
 
 
 class ChatServer:
@@ -74,10 +77,13 @@ class ChatServer:
 
 def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             headers = {name.lower(): value for name, value in self.headers.items()}
-            server.requests.append(Recorded(path=self.path, headers=headers, body=body))
+            port = self.client_address[1]
+            server.requests.append(Recorded(self.path, headers, body, port))
             reply = server.next_reply()
             if isinstance(reply, Status):
                 self._status(reply)
@@ -97,17 +103,22 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             try:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 for chunk in reply.chunks:
                     event = chunk if isinstance(chunk, str) else f"data: {json.dumps(chunk)}\n\n"
-                    self.wfile.write(event.encode())
-                    self.wfile.flush()
+                    self._send_chunk(event.encode())
                     self._pause(reply.delay)
                 if reply.done:
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    self.wfile.flush()
+                    self._send_chunk(b"data: [DONE]\n\n")
+                self._send_chunk(b"")  # The body's end.
             except (BrokenPipeError, ConnectionResetError):
                 server.hung_up.set()
+                self.close_connection = True
+
+        def _send_chunk(self, data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
 
         def _pause(self, seconds: float) -> None:
             """Wait `seconds`, or raise as soon as the client hangs up."""

@@ -245,7 +245,6 @@ def test_the_request_carries_model_messages_tools_and_stream_options(chat_server
     [sent] = chat_server.requests
     assert sent.path == "/v1/chat/completions"
     assert sent.headers["authorization"] == "Bearer sk-test"
-    assert sent.headers["connection"] == "close"  # Never reused, so `close()` may shut it.
     assert sent.body == {
         "model": "test-model",
         "stream": True,
@@ -481,6 +480,36 @@ def test_a_reply_is_read_in_the_iterating_thread_with_no_other_left_waiting(chat
             helpers = [t.name for t in threading.enumerate() if t.name.startswith("helix-llm")]
 
     assert helpers == []
+
+
+def test_replies_one_after_another_share_one_connection(chat_server):
+    # No new TCP (and, to a hosted model, TLS) handshake a step.
+    chat_server.reply(text_reply("one"), text_reply("two"))
+    model = adapter(chat_server)
+
+    first, second = list(model.stream(ask())), list(model.stream(ask()))
+
+    assert TextDelta("one") in first
+    assert TextDelta("two") in second
+    assert chat_server.requests[0].port == chat_server.requests[1].port
+
+
+def test_closing_a_stream_after_its_reply_leaves_its_connection_to_the_next(chat_server):
+    # The watcher may close a step's stream late; the connection may serve another step by then.
+    words = [chunk({"content": f"w{n} "}) for n in range(5)]
+    chat_server.reply(text_reply("done"), Stream([*words, chunk(finish="stop")], delay=0.1))
+    model = adapter(chat_server)
+    ended = model.stream(ask())
+    list(ended)
+    got = []
+
+    for event in model.stream(ask()):
+        got.append(event)
+        ended.close()
+
+    assert chat_server.requests[0].port == chat_server.requests[1].port
+    assert got == [*(TextDelta(f"w{n} ") for n in range(5)), Finish("stop")]
+    assert not chat_server.hung_up.is_set()
 
 
 def test_closing_mid_stream_from_another_thread_ends_iteration_and_the_connection(chat_server):
