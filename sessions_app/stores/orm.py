@@ -38,12 +38,10 @@ from sessions_app.stores.statements import (
     NEW_RUN_FIELDS,
     QUEUED_RUN_FIELDS,
     column,
-    db_values,
     execute,
     fetch_all,
     fetch_one,
     insert_rows,
-    row_db_values,
     statements,
     update_row,
 )
@@ -85,6 +83,7 @@ from sessions_app.stores.types import (
     merge_op_from_json,
     merge_op_to_json,
 )
+from sessions_app.stores.values import db_values, row_db_values
 
 _CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
 _RUN_METADATA = models.Run._meta.get_field("metadata")

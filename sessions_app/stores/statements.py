@@ -15,12 +15,11 @@ interrupt flags is one statement. The naming helpers serve the stream append's s
 too."""
 
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import Field, Model
+from django.db.models import Model
 
 from sessions_app import models
 from sessions_app.connections import kept_cursor
@@ -395,25 +394,3 @@ def update_row(model: type[Model], fields: tuple[str, ...]) -> str:
     assignments = ", ".join(f"{column(model, name)} = %s" for name in fields)
     key = column(model, model._meta.pk.name)
     return f"UPDATE {table(model)} SET {assignments} WHERE {key} = %s"
-
-
-def row_db_values(row: Model, fields: Sequence[str]) -> list[Any]:
-    """Return a model instance's `fields` as the ORM would send them to the database."""
-    named = _fields(type(row), tuple(fields))
-    return db_values(type(row), fields, [getattr(row, field.attname) for field in named])
-
-
-def db_values(model: type[Model], fields: Sequence[str], values: Sequence[Any]) -> list[Any]:
-    """Return `values` of the model's `fields` as the ORM would send them to the database."""
-    # The database's own wrapper, not the `connection` proxy: each field's conversion reads
-    # it, and every read through the proxy looks the thread's connection up again.
-    database = connections[DEFAULT_DB_ALIAS]
-    return [
-        field.get_db_prep_save(value, database)
-        for field, value in zip(_fields(model, tuple(fields)), values, strict=True)
-    ]
-
-
-@functools.cache
-def _fields(model: type[Model], names: tuple[str, ...]) -> tuple[Field, ...]:
-    return tuple(model._meta.get_field(name) for name in names)

@@ -24,13 +24,13 @@ from sessions_app import models
 from sessions_app.errors import SessionNotFound
 from sessions_app.stores.statements import (
     column,
-    db_values,
     execute,
     fetch_all,
     fetch_one,
     insert_rows,
     table,
 )
+from sessions_app.stores.values import db_values
 from sessions_app.usage import rules
 from sessions_app.usage.base import UsageStore
 from sessions_app.usage.types import (

@@ -20,13 +20,13 @@ from sessions_app.errors import HelixError
 from sessions_app.stores.rules import check_identifier
 from sessions_app.stores.statements import (
     column,
-    db_values,
     execute,
     fetch_all,
     fetch_one,
     qualified,
     table,
 )
+from sessions_app.stores.values import db_values
 from streams_app.backends import notices
 from streams_app.backends.base import StreamManager, StreamWriter
 from streams_app.backends.doorbell import ChannelSubscription, bell
