@@ -100,6 +100,11 @@ class StateDraft(Mapping[str, Any]):
         for op in ops:
             self._record(op)
 
+    @property
+    def written(self) -> bool:
+        """Return whether anything was written through the draft."""
+        return bool(self._ops)
+
     def ops(self) -> list[MergeOp]:
         """Return the writes so far, in order, as merge ops sharing nothing with the draft."""
         return copy.deepcopy(self._ops)

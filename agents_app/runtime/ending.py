@@ -202,9 +202,10 @@ class Ending:
         if self.branch_from is not None and messages:
             messages[0] = replace(messages[0], parent_id=self.branch_from)
         outcomes = [*self.drained, *outcomes]
+        # Each call's writes, staged as its change; in the calls' order they make the state.
+        changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.written]
         custom_state, warnings = apply_merge_ops(
-            self.state.custom_state,
-            StepWrites(ops=[op for o in outcomes for op in o.draft.ops()]),
+            self.state.custom_state, StepWrites(ops=[op for c in changes for op in c.merge_ops])
         )
         for warning in warnings:
             logger.warning("Step %s of %s: %s", self.step, self.session_id, warning)
@@ -219,7 +220,6 @@ class Ending:
             suspended_awaiting_children=awaited or None,
             suspended_step_id=self.step_id if (pending or awaited) else None,
         )
-        changes = [o.draft.staged_change(o.call.id) for o in outcomes if o.draft.ops()]
         # The writer is held from before the transaction begins (see `BatchedWriter.held`).
         # No savepoint when the run's end or suspension holds the transaction: all or nothing.
         # Pipelined here too, not only in the store's commit: the usage rows then reach the

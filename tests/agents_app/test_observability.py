@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from channels.db import database_sync_to_async
 from django.test import Client
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -208,3 +208,21 @@ def test_traces_cost_nothing_to_set_up_when_no_endpoint_is_configured(monkeypatc
     tracing.configure()
 
     assert trace.get_tracer_provider() is provider
+
+
+def test_with_no_tracer_provider_installed_spans_are_skipped(monkeypatch):
+    """The API's no-op spans would still switch the current context, each at some cost."""
+    from agents_app.observability import tracing
+
+    # As in a process where nothing installed a provider (this one may have, for the test above).
+    monkeypatch.setattr(trace, "get_tracer_provider", trace.ProxyTracerProvider)
+    outside = context.get_current()
+    with (
+        tracing.step_span({}, session_id="s", step=1) as step,
+        tracing.span("commit", status="running") as commit,
+    ):
+        inside = context.get_current()
+
+    assert inside is outside
+    assert step is commit is trace.INVALID_SPAN
+    assert tracing.run_started("s", "r", "steady") == {}
