@@ -83,7 +83,7 @@ from sessions_app.stores.types import (
     merge_op_from_json,
     merge_op_to_json,
 )
-from sessions_app.stores.values import db_values, row_db_values
+from sessions_app.stores.values import db_values, new_row, row_db_values
 
 _CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
 _RUN_METADATA = models.Run._meta.get_field("metadata")
@@ -187,7 +187,8 @@ class ORMSessionStateStore(SessionStateStore):
             "session id", models.generate_id() if session_id is None else session_id
         )
         now = timezone.now()
-        row = models.AgentSession(
+        row = new_row(
+            models.AgentSession,
             id=session_id,
             agent_type=rules.check_identifier("agent type", agent_type),
             stream_id=rules.check_identifier("stream id", stream_id or session_id),
@@ -897,12 +898,12 @@ class ORMSessionStateStore(SessionStateStore):
         """Create a run, locking its session unless the caller holds its lock, then inserting
         it (PostgreSQL)."""
         sql = statements(connection.vendor)
-        fresh = models.Run(id=run_id, session_id=session_id, turn=turn, metadata=metadata)
+        fresh = new_row(models.Run, id=run_id, session_id=session_id, turn=turn, metadata=metadata)
         # No savepoint in the caller's transaction: what is refused is refused after the
         # block, which then wrote nothing.
         with transaction.atomic(savepoint=False):
             found = session_locked or fetch_one(sql.lock_session, [session_id]) is not None
-            params = [*row_db_values(fresh, NEW_RUN_FIELDS), session_id]
+            params = [*row_db_values(models.Run, fresh, NEW_RUN_FIELDS), session_id]
             returned = fetch_one(sql.create_run, params) if found else None
         if not found:
             raise SessionNotFound(session_id)
@@ -1262,7 +1263,7 @@ def _write_run_status(
 _SESSION_FIELDS = tuple(field.name for field in models.AgentSession._meta.concrete_fields)
 
 
-def _insert_session(row: models.AgentSession) -> bool:
+def _insert_session(row: SimpleNamespace) -> bool:
     """Insert a new session's row in one written-out statement; return whether it went in.
 
     A taken id inserts nothing rather than fail: a run's start creates its session inside its
@@ -1271,7 +1272,7 @@ def _insert_session(row: models.AgentSession) -> bool:
     taken = f" ON CONFLICT ({column(models.AgentSession, 'id')}) DO NOTHING"
     inserted = execute(
         insert_rows(models.AgentSession, _SESSION_FIELDS, 1, taken),
-        row_db_values(row, _SESSION_FIELDS),
+        row_db_values(models.AgentSession, row, _SESSION_FIELDS),
     )
     return inserted == 1
 
@@ -1647,7 +1648,7 @@ def _sub_session_ref(row: models.SubSessionRef) -> SubSessionRef:
     )
 
 
-def _run(row: models.Run) -> RunRecord:
+def _run(row: models.Run | SimpleNamespace) -> RunRecord:
     return RunRecord(
         run_id=row.id,
         session_id=row.session_id,
@@ -1671,9 +1672,8 @@ def _claimed_run(row: SimpleNamespace) -> RunRecord | None:
 def _returned_run(returned: Sequence[Any]) -> RunRecord:
     """Return a run from its session id and `CLAIMED_RUN_FIELDS`, as a statement returned them."""
     session_id, *values = returned
-    return _run(
-        models.Run(session_id=session_id, **_read_fields(models.Run, CLAIMED_RUN_FIELDS, values))
-    )
+    read = _read_fields(models.Run, CLAIMED_RUN_FIELDS, values)
+    return _run(SimpleNamespace(session_id=session_id, **read))
 
 
 def _read_fields(model: type[Model], names: Sequence[str], values: Sequence[Any]) -> dict:

@@ -30,7 +30,7 @@ from sessions_app.stores.statements import (
     insert_rows,
     table,
 )
-from sessions_app.stores.values import db_values
+from sessions_app.stores.values import db_values, new_row
 from sessions_app.usage import rules
 from sessions_app.usage.base import UsageStore
 from sessions_app.usage.types import (
@@ -273,23 +273,16 @@ _INSERTED_FIELDS = tuple(
 )
 
 
-@functools.cache
-def _column_defaults() -> dict[str, Any]:
-    """Return the fields' constant defaults by attribute name (`created_at` is always given)."""
-    return {
-        field.attname: field.get_default()
-        for field in models.UsageEntry._meta.concrete_fields
-        if not (field.has_default() and callable(field.default))
-    }
-
-
 def _row(entry: UsageEntry) -> SimpleNamespace:
-    """Return the row to insert for `entry`, as a model instance's attributes would hold it
-    (no instance: a step commit records its usage, and building one cost more than its
-    insert's parameters)."""
-    row = SimpleNamespace(**_column_defaults())
-    row.session_id, row.run_id = entry.session_id, entry.run_id or ""
-    row.step_count, row.kind, row.created_at = entry.step_count, entry.kind, entry.created_at
+    """Return the row to insert for `entry` (`new_row`: a step commit records its usage)."""
+    row = new_row(
+        models.UsageEntry,
+        session_id=entry.session_id,
+        run_id=entry.run_id or "",
+        step_count=entry.step_count,
+        kind=entry.kind,
+        created_at=entry.created_at,
+    )
     match entry:
         case TokensEntry():
             row.model = entry.model

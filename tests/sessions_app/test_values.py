@@ -13,7 +13,7 @@ from django.db.models import Field
 from django.utils import timezone
 
 from sessions_app import models
-from sessions_app.stores.values import converter
+from sessions_app.stores.values import converter, new_row
 
 FIELDS = [
     field
@@ -100,3 +100,21 @@ def test_the_converters_take_a_shorter_way_for_the_values_writes_give_most():
         for convert, value in zip(converters, others, strict=True):
             convert(value, database)
         assert calls == others
+
+
+@pytest.mark.parametrize("model", [models.AgentSession, models.Run, models.UsageEntry])
+def test_a_new_row_holds_what_an_instance_of_its_model_would(model):
+    fields = model._meta.concrete_fields
+    given = {fields[1].attname: "given"}
+    instance, row, other = model(**given), new_row(model, **given), new_row(model)
+
+    assert set(vars(row)) == {field.attname for field in fields}
+    for field in fields:
+        expected, got = getattr(instance, field.attname), getattr(row, field.attname)
+        if field.has_default() and callable(field.default) and field.default not in (dict, list):
+            assert type(got) is type(expected), field  # A fresh id, the present time.
+        else:
+            assert got == expected, field
+        if isinstance(got, dict | list):  # Made anew for each row, never shared.
+            assert got is not getattr(other, field.attname), field
+    assert getattr(row, fields[1].attname) == "given"
