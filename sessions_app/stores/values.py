@@ -68,11 +68,8 @@ def row_db_values(
 
 def new_row(model: type[Model], /, **given: Any) -> SimpleNamespace:
     """Return a new row of `model` as an instance's attributes would hold it: `given` (by
-    attribute name), each other field's default.
-
-    Without the instance, which costs more to build than its insert's parameters (a run's
-    start built two).
-    """
+    attribute name), each other field's default; without the instance, which costs more to
+    build than its insert's parameters."""
     constant, made = _defaults(model)
     row = SimpleNamespace(**constant)
     for attname, default in made:
@@ -148,12 +145,12 @@ def converter(field: Field) -> Converter:
     if kind is JSONField:
         encoder = field.encoder
 
-        def json(value: Any, database: BaseDatabaseWrapper) -> Any:
+        def json_value(value: Any, database: BaseDatabaseWrapper) -> Any:
             if type(value) in (dict, list):
                 return database.ops.adapt_json_value(value, encoder)
             return None if value is None else convert(value, database)
 
-        return json
+        return json_value
     if kind is DateTimeField:
 
         def aware_datetime(value: Any, database: BaseDatabaseWrapper) -> Any:
