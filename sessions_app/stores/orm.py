@@ -33,6 +33,7 @@ from sessions_app.errors import (
 from sessions_app.stores import rules, search
 from sessions_app.stores.base import SessionStateStore
 from sessions_app.stores.statements import (
+    CHECKPOINT_COLUMNS,
     CLAIMED_RUN_FIELDS,
     COMPACTION_FIELDS,
     NEW_RUN_FIELDS,
@@ -85,9 +86,7 @@ from sessions_app.stores.types import (
 )
 from sessions_app.stores.values import db_values, new_row, row_db_values
 
-_CHECKPOINT_STATE = models.Checkpoint._meta.get_field("state")
 _RUN_METADATA = models.Run._meta.get_field("metadata")
-_CHECKPOINT_TIMINGS = models.Checkpoint._meta.get_field("timings")
 _OUTCOME = models.ToolCallRecord._meta.get_field("outcome")
 # What an inserted message row holds: its place in the tree, then what it says (`_said`).
 _MESSAGE_INSERT_FIELDS = (
@@ -364,18 +363,22 @@ class ORMSessionStateStore(SessionStateStore):
             StagedChangeStatus.STAGED.value,
             checkpoint.step_id,
         ]
-        row = [
-            checkpoint_id,
-            session_id,
-            checkpoint.run_id or "",
-            checkpoint.step_id,
-            checkpoint.step_count,
-            message_count,
-            checkpoint.stream_sequence,
-            _CHECKPOINT_STATE.get_db_prep_save(committed.snapshot(), connection),
-            connection.ops.adapt_datetimefield_value(now),
-            _CHECKPOINT_TIMINGS.get_db_prep_save(checkpoint.timings, connection),
-        ]
+        row = db_values(
+            models.Checkpoint,
+            CHECKPOINT_COLUMNS,
+            [
+                checkpoint_id,
+                session_id,
+                checkpoint.run_id or "",
+                checkpoint.step_id,
+                checkpoint.step_count,
+                message_count,
+                checkpoint.stream_sequence,
+                committed.snapshot(),
+                now,
+                checkpoint.timings,
+            ],
+        )
         if sql.promote_staged_and_insert_checkpoint is not None:
             execute(sql.promote_staged_and_insert_checkpoint, promote + row)
         else:

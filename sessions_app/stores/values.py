@@ -57,11 +57,9 @@ def db_values(model: type[Model], fields: Sequence[str], values: Sequence[Any]) 
     ]
 
 
-def row_db_values(
-    model: type[Model], row: Model | SimpleNamespace, fields: Sequence[str]
-) -> list[Any]:
-    """Return a row's `fields` (from an instance of `model`, or from `new_row`) as the ORM
-    would send them to the database."""
+def row_db_values(model: type[Model], row: SimpleNamespace, fields: Sequence[str]) -> list[Any]:
+    """Return the `fields` of a row of `model` (`new_row`'s) as the ORM would send them to
+    the database."""
     named = _fields(model, tuple(fields))
     return db_values(model, fields, [getattr(row, field.attname) for field in named])
 
