@@ -22,6 +22,7 @@ from helix_project.celery import app
 from tests.live import ROOT, live_env
 
 READY_TIMEOUT = 60.0
+LOG_TAIL = 20_000  # Characters of a worker's log a failure shows.
 
 
 @contextlib.contextmanager
@@ -114,6 +115,15 @@ class Worker:
         with self.log.open("rb") as log:
             log.seek(offset)
             return log.read().decode(errors="replace")
+
+    @contextlib.contextmanager
+    def log_shown_on_failure(self):
+        """Add the end of the worker's log to a failure raised inside the block: CI keeps no
+        temporary files, and what the worker did is what explains a run that never settled."""
+        try:
+            yield
+        except (AssertionError, pytest.fail.Exception) as failure:
+            pytest.fail(f"{failure}\nThe worker's log ends:\n{self.read_log()[-LOG_TAIL:]}")
 
     def kill(self) -> None:
         """Kill the worker and its pool at once, as a crash would."""

@@ -122,7 +122,7 @@ def daphne(worker: Worker, tmp_path_factory) -> Iterator[Daphne]:
     server.stop()
 
 
-def settled(session_id: str, statuses=FINISHED, timeout: float = 30.0):
+def settled(session_id: str, statuses=FINISHED, timeout: float = 60.0):
     """Wait until the session's run is in one of `statuses` and not running; return its state."""
 
     def check():

@@ -24,7 +24,9 @@ from sessions_app.stores.types import MessageRole
 FIXTURE = Path(__file__).resolve().with_name("fixture_server.py")
 # Nothing listens here: the port is reserved for it by the tests (see conftest).
 UNREACHABLE_URL_VARIABLE = "HELIX_TEST_MCP_UNREACHABLE"
-SLOW_TIMEOUT_SECONDS = 1.5
+# Long enough for a quick call on a starved CI machine (one took more than 1.5 s), short enough
+# for the timeout tests, whose slow calls take 10 s.
+SLOW_TIMEOUT_SECONDS = 5
 
 
 def plan_script(request, context) -> Turn:

@@ -51,7 +51,8 @@ def test_a_worker_killed_inside_an_mcp_call_does_not_make_the_call_twice(
     try:
         # What the broker's redelivery does (the filesystem broker has none): the step again.
         tasks.run_step_task.delay(started.session_id, started.run_id, 1)
-        state = settled(started.session_id, timeout=60)
+        with second.log_shown_on_failure():
+            state = settled(started.session_id, timeout=120)
     finally:
         second.stop()
 
