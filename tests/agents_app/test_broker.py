@@ -15,7 +15,7 @@ from kombu.utils.json import dumps
 
 from agents_app import broker
 from tests.agents_app.worker import Worker
-from tests.helix_project.test_settings import run_shell
+from tests.helix_project.test_settings import ENVIRONMENT_ONLY, run_shell
 from tests.services import require
 
 
@@ -33,6 +33,7 @@ def folders(tmp_path) -> dict:
     }
 
 
+@ENVIRONMENT_ONLY
 def test_each_broker_url_gets_its_transport(tmp_path):
     script = (
         "from helix_project.celery import app; "

@@ -9,7 +9,7 @@ from django.template import RequestContext, Template
 from django.test import Client, RequestFactory, override_settings
 
 from sessions_app.stores import get_session_store
-from tests.helix_project.test_settings import run_shell
+from tests.helix_project.test_settings import ENVIRONMENT_ONLY, run_shell
 
 pytestmark = pytest.mark.django_db
 
@@ -111,6 +111,7 @@ def test_other_pages_keep_refusing_every_frame(client):
     assert client.get("/admin/")["X-Frame-Options"] == "DENY"
 
 
+@ENVIRONMENT_ONLY
 def test_the_frame_ancestors_come_from_the_environment(tmp_path):
     script = (
         "from sessions_app.conf import helix_setting; print(helix_setting('CHAT_FRAME_ANCESTORS'))"

@@ -27,7 +27,10 @@ from tests.browser.test_chat_browser import (  # noqa: F401
 from tests.live_clients import Daphne
 from tests.services import chromium_executable
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.one_backend("sqlite", reason="the first run is the embedded default's"),
+]
 
 CHATTER_PASSWORD = "a-long-enough-chat-password"
 

@@ -3,7 +3,7 @@ Daphne's server (Twisted, autobahn)."""
 
 import json
 
-from tests.helix_project.test_settings import run_shell
+from tests.helix_project.test_settings import ENVIRONMENT_ONLY, run_shell
 
 PROBE = """
 import json, sys
@@ -18,6 +18,7 @@ print(json.dumps([at_setup, type(runserver).__module__, loaded()]))
 """
 
 
+@ENVIRONMENT_ONLY
 def test_runserver_is_daphne_s_and_loads_its_server_only_when_it_runs(tmp_path):
     probed = run_shell(PROBE, tmp_path=tmp_path)
 

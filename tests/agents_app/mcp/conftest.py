@@ -32,6 +32,12 @@ from tests.waiting import wait_for
 AGENTS = "agents_app.demo,tests.agents_app.agents,tests.agents_app.mcp.mcp_agents"
 FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.INTERRUPTED}
 SUSPENDED = {SessionStatus.SUSPENDED_CLIENT_TOOL, SessionStatus.SUSPENDED_STEP_PARTIAL}
+# For the suites of Helix as an MCP client: the calls, their records and what they stream are the
+# same on either database and broker (the store's conformance suite covers both), so one pass
+# runs them, the one whose services cost least. The MCP endpoint's suites run in both.
+CLIENT_SIDE = pytest.mark.one_backend(
+    "sqlite", reason="Helix's MCP calls do not depend on the database or the broker"
+)
 
 
 @dataclass(frozen=True)

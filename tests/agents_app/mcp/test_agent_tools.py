@@ -21,10 +21,10 @@ from agents_app.runs.tool_results import tool_result_submit
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, SessionStatus
 from tests.agents_app.mcp import mcp_agents
-from tests.agents_app.mcp.conftest import SUSPENDED, plan, settled, stream_chunks
+from tests.agents_app.mcp.conftest import CLIENT_SIDE, SUSPENDED, plan, settled, stream_chunks
 from tests.agents_app.mcp.fixture_server import PIXEL
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), CLIENT_SIDE]
 
 HTTP_TOOLS = [
     "fixture__echo",

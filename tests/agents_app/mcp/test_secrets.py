@@ -14,9 +14,9 @@ from agents_app.mcp.models import SessionMcpServer
 from agents_app.runs.services import agent_session_create
 from sessions_app.stores.types import SessionStatus
 from tests.agents_app.mcp import mcp_agents
-from tests.agents_app.mcp.conftest import plan, settled
+from tests.agents_app.mcp.conftest import CLIENT_SIDE, plan, settled
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), CLIENT_SIDE]
 
 SESSION_ROUTES = (
     "",

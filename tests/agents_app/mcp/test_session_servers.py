@@ -7,8 +7,9 @@ from rest_framework.test import APIClient
 from agents_app.mcp.models import SessionMcpServer
 from agents_app.runs.services import agent_session_create
 from tests.agents_app.mcp import mcp_agents
+from tests.agents_app.mcp.conftest import CLIENT_SIDE
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), CLIENT_SIDE]
 
 
 def client_of(user) -> APIClient:

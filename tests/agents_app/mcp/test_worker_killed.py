@@ -15,6 +15,7 @@ from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionStatus
 from tests.agents_app.mcp.conftest import (
     AGENTS,
+    CLIENT_SIDE,
     plan,
     settled,
     stream_chunks,
@@ -22,7 +23,7 @@ from tests.agents_app.mcp.conftest import (
 from tests.agents_app.worker import Worker
 from tests.waiting import wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), CLIENT_SIDE]
 
 WORKER_SETTINGS = {
     "HELIX_AGENTS": AGENTS,
