@@ -11,7 +11,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents_app.api.fields import StrictCharField
+from agents_app.api.fields import StrictCharField, StrictRegexField
 from agents_app.api.runs import ReasonInput
 from agents_app.chat.service import (
     ChatRun,
@@ -60,7 +60,7 @@ class ChatView(HelixAPIView):
     throttle_classes = [RunStartThrottle]
 
     class ChatInput(serializers.Serializer):
-        id = serializers.RegexField(f"^{SessionIdConverter.regex}$", help_text="The chat id.")
+        id = StrictRegexField(f"^{SessionIdConverter.regex}$", help_text="The chat id.")
         messages = serializers.ListField(child=serializers.DictField(), default=list)
         trigger = serializers.ChoiceField(
             choices=["submit-message", "regenerate-message"],

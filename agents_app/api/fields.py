@@ -24,6 +24,18 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictRegexField(serializers.RegexField):
+    """A `RegexField` that refuses numbers and booleans, as `StrictCharField` does, rather than
+    match their text against its pattern."""
+
+    default_error_messages = {"not_text": serializers.CharField.default_error_messages["invalid"]}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_text")
+        return super().to_internal_value(data)
+
+
 class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
     """Document that a `StrictCharField` refuses NUL characters."""
 

@@ -12,7 +12,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agents_app.api.fields import StrictCharField
+from agents_app.api.fields import StrictCharField, StrictRegexField
 from agents_app.api.memory_wire import (
     LABEL_PATTERN,
     MAX_BLOCK_TOKENS,
@@ -297,7 +297,7 @@ class ContextView(HelixAPIView):
     class BlockInput(ClosedObject):
         """A block to add, stored in the database."""
 
-        label = serializers.RegexField(LABEL_PATTERN, help_text="Letters, digits, '.', '_', '-'.")
+        label = StrictRegexField(LABEL_PATTERN, help_text="Letters, digits, '.', '_', '-'.")
         description = StrictCharField(required=False, allow_blank=True, default="")
         maxTokens = StrictIntegerField(
             required=False, allow_null=True, min_value=1, max_value=MAX_BLOCK_TOKENS

@@ -90,6 +90,7 @@ def test_reattaching_to_an_idle_chat_answers_204(worker, owner):  # noqa: F811
             "last message",
         ),
         ({"id": "a/b", "agentType": "counter", "messages": [user_message("hi")]}, "id"),
+        ({"id": 7, "agentType": "counter", "messages": [user_message("hi")]}, "Not a valid"),
         ({"id": "c-1", "agentType": "counter", "messages": "hi"}, "messages"),
     ],
 )
@@ -102,7 +103,7 @@ def test_a_chat_request_without_what_a_run_needs_answers_400(owner, body, proble
 
     assert response.status_code == 400
     assert problem in json.dumps(response.json()["error"])
-    assert get_session_store().load_state("c-1") is None
+    assert get_session_store().load_state(str(body["id"])) is None
 
 
 @pytest.mark.usefixtures("private_queue")

@@ -586,6 +586,7 @@ def test_usage_is_booked_under_the_sessions_model(client):
         ("compactions", {"summary": "s", "fromMessageId": "m1"}, "toMessageId"),
         ("compact", {"leafId": 5}, "leafId"),
         ("context", {"label": "-bad"}, "label"),
+        ("context", {"label": 215}, "label"),  # Not the text "215".
         ("context", {"label": "ok", "maxTokens": 0}, "maxTokens"),
         ("context", {"label": "ok", "maxTokens": "5"}, "maxTokens"),
         ("context/notes/append", {"content": None}, "content"),
