@@ -6,7 +6,7 @@ wire form: JSON with camelCase keys, as the reference clients expect.
 """
 
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
@@ -165,6 +165,7 @@ Chunk = Annotated[
     Field(discriminator="type"),
 ]
 CHUNK_ADAPTER: TypeAdapter[Chunk] = TypeAdapter(Chunk)
+CHUNK_TYPES = frozenset(get_args(get_args(Chunk)[0]))
 
 
 def parse_chunk(data: Any) -> Chunk:
@@ -178,5 +179,10 @@ def parse_chunk(data: Any) -> Chunk:
 
 
 def chunk_to_wire(chunk: Chunk | dict[str, Any]) -> dict[str, Any]:
-    """Return a chunk, validated, in its JSON wire form; raise `InvalidChunk` if it is not one."""
-    return parse_chunk(chunk).model_dump(mode="json", by_alias=True)
+    """Return a chunk, validated, in its JSON wire form; raise `InvalidChunk` if it is not one.
+
+    A typed chunk was validated when it was made (the chunk types never skip it: no
+    `model_construct`, no assignment after), so it is dumped as it is; a dict is validated.
+    """
+    typed = chunk if type(chunk) in CHUNK_TYPES else parse_chunk(chunk)
+    return typed.model_dump(mode="json", by_alias=True)
