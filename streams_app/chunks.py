@@ -169,7 +169,13 @@ CHUNK_TYPES = frozenset(get_args(get_args(Chunk)[0]))
 
 
 def parse_chunk(data: Any) -> Chunk:
-    """Return the typed chunk a wire-form dict describes; raise `InvalidChunk` if it is not one."""
+    """Return the typed chunk a wire-form dict describes; raise `InvalidChunk` if it is not one.
+
+    A chunk of one of the union's types is returned as it is: it was validated when it was made
+    (nothing makes one with `model_construct` or assigns to one after).
+    """
+    if type(data) in CHUNK_TYPES:
+        return data
     if isinstance(data, BaseModel):
         data = data.model_dump(by_alias=True)
     try:
@@ -179,10 +185,5 @@ def parse_chunk(data: Any) -> Chunk:
 
 
 def chunk_to_wire(chunk: Chunk | dict[str, Any]) -> dict[str, Any]:
-    """Return a chunk, validated, in its JSON wire form; raise `InvalidChunk` if it is not one.
-
-    A typed chunk was validated when it was made (the chunk types never skip it: no
-    `model_construct`, no assignment after), so it is dumped as it is; a dict is validated.
-    """
-    typed = chunk if type(chunk) in CHUNK_TYPES else parse_chunk(chunk)
-    return typed.model_dump(mode="json", by_alias=True)
+    """Return a chunk, validated, in its JSON wire form; raise `InvalidChunk` if it is not one."""
+    return parse_chunk(chunk).model_dump(mode="json", by_alias=True)

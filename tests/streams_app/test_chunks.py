@@ -45,6 +45,7 @@ def test_each_chunk_type_round_trips_in_wire_form(chunk_type):
     assert parsed.session_id == "s-1"
     assert {key: dumped[key] for key in wire} == wire
     assert chunk_to_wire(parsed) == dumped
+    assert parse_chunk(parsed) is parsed  # Validated when it was made: not again.
 
 
 def test_timestamp_defaults_to_now_in_milliseconds():
