@@ -10,23 +10,8 @@ from rest_framework import serializers
 NO_NUL = r"^[^\x00]+$"
 
 
-class StrictCharField(serializers.CharField):
-    """A string field that takes the string as it is: numbers and booleans are refused, not
-    turned into text, and surrounding whitespace is kept."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("trim_whitespace", False)
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictRegexField(serializers.RegexField):
-    """A `RegexField` that refuses numbers and booleans, as `StrictCharField` does, rather than
-    match their text against its pattern."""
+class _TextOnly:
+    """For a DRF text field: refuse numbers and booleans rather than turn them into text."""
 
     default_error_messages = {"not_text": serializers.CharField.default_error_messages["invalid"]}
 
@@ -34,6 +19,20 @@ class StrictRegexField(serializers.RegexField):
         if not isinstance(data, str):
             self.fail("not_text")
         return super().to_internal_value(data)
+
+
+class StrictCharField(_TextOnly, serializers.CharField):
+    """A string field that takes the string as it is: numbers and booleans are refused, not
+    turned into text, and surrounding whitespace is kept."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+
+class StrictRegexField(_TextOnly, serializers.RegexField):
+    """A `RegexField` that refuses numbers and booleans rather than match their text against
+    its pattern."""
 
 
 class StrictCharFieldSchema(OpenApiSerializerFieldExtension):
