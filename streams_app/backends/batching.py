@@ -12,7 +12,9 @@ on a busy worker), and the busier the process, the more each write carries.
 Writes made inside a transaction (a step's commit) go straight through, after what is queued,
 so they commit with it. `flush` writes what is queued now, in the caller's thread: the step
 calls it before reading `last_sequence` for its checkpoint. A refusal the flusher met
-(`WriterSuperseded`, `StreamClosed`, ...) is raised by the writer's next `write` or `flush`.
+(`WriterSuperseded`, `StreamClosed`, ...) is raised by the writer's next `write` or `flush`. A
+write that fails gives its chunks back to their writers: the flusher tries again shortly when
+the database failed, and otherwise leaves them to the step's own `flush`.
 """
 
 import contextlib
@@ -23,7 +25,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import DatabaseError, connection, connections
+from django.db import Error, connection, connections
 
 from sessions_app.connections import release_connection
 from sessions_app.errors import HelixError
@@ -199,12 +201,21 @@ class Flusher:
         batches = [ChunkBatch(w.stream_id, wire, w.writer.epoch) for w, wire in taken]
         try:
             results = taken[0][0].writer.manager.append_batches(batches)
-        except DatabaseError:
-            logger.warning("Could not store the chunks of %d streams", len(taken), exc_info=True)
+        except Exception as error:
+            # Nothing may stop the flusher: every step of the process waits on it. The chunks
+            # go back to their writers, ahead of any queued since, and the connection is
+            # dropped in case it broke.
             for writer, wire in taken:
                 writer._give_back(wire)
                 writer._writing.release()
             connections.close_all()
+            if not isinstance(error, Error):
+                # A fault of ours: no try again. Each step's own flush, at its commit at the
+                # latest, writes its chunks or meets the error where it fails the step.
+                logger.exception("Could not store the chunks of %d streams", len(taken))
+                return
+            # The database is away or dropped the connection: try again shortly.
+            logger.warning("Could not store the chunks of %d streams", len(taken), exc_info=True)
             time.sleep(RETRY_PAUSE)
             for writer, _ in taken:
                 self.enqueue(writer)

@@ -6,6 +6,7 @@ import contextlib
 import threading
 import time
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
@@ -179,3 +180,81 @@ def test_steps_waiting_on_the_flusher_leave_it_a_pooled_connection(manager, flus
     assert sorted(done) == sorted(w.stream_id for w in writers)
     assert time.monotonic() - started < 10  # Far within the pool's 30 s wait for a connection.
     assert all(stored(manager, w.stream_id) == ["delta"] for w in writers)
+
+
+class FailingOnceManager(CountingManager):
+    """The database backend, whose first `append_batches` call raises `error` unstored."""
+
+    def __init__(self, error: Exception, **options) -> None:
+        super().__init__(**options)
+        self.error: Exception | None = error
+
+    def append_batches(self, batches):
+        with self.lock:
+            error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return super().append_batches(batches)
+
+
+def returns_within(call, seconds: float) -> bool:
+    """Run `call` in a thread; return whether it returned within `seconds`."""
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
+def test_a_fault_in_a_batch_write_leaves_the_chunks_to_their_step_and_the_flusher_running(
+    flusher,
+):
+    manager = FailingOnceManager(RuntimeError("a fault of the backend's"))
+    first = batched(manager, flusher, "first")
+
+    first.write_many([text("a"), text("b")])
+    time.sleep(DELAY * 4)  # The flusher's write fails.
+    assert stored(manager, "first") == []
+
+    second = batched(manager, flusher, "second")
+    second.write(text("c"))  # The flusher still writes.
+    wait_for(lambda: stored(manager, "second") == ["c"], timeout=5.0, what="the later chunk")
+    assert manager.calls == [["second"]]  # No try again of the failed batch.
+    assert returns_within(first.flush, 5.0)  # The step's flush is not locked out...
+    assert stored(manager, "first") == ["a", "b"]  # ...and stores what was given back, in order.
+    assert first.last_sequence == 2
+
+
+class CutOnceManager(CountingManager):
+    """The database backend, whose first `append_batches` call finds its connection cut."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.cut = False
+
+    def append_batches(self, batches):
+        with self.lock:
+            cut, self.cut = self.cut, True
+        if not cut:  # A failover: the server ends the flusher's connection under it.
+            connection.ensure_connection()
+            database = connection.settings_dict
+            with psycopg.connect(
+                host=database["HOST"], port=database["PORT"], user=database["USER"],
+                dbname=database["NAME"], autocommit=True,
+            ) as other:  # fmt: skip
+                other.execute(
+                    "SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid]
+                )
+        return super().append_batches(batches)
+
+
+@pytest.mark.postgres
+def test_a_batch_write_whose_connection_is_cut_is_tried_again(flusher):
+    manager = CutOnceManager()
+    writer = batched(manager, flusher, "st")
+
+    writer.write_many([text("a"), text("b")])
+
+    wait_for(lambda: stored(manager, "st") == ["a", "b"], timeout=10.0, what="the chunks")
+    assert manager.calls == [["st"], ["st"]]  # The first write failed, the second stored.
+    writer.flush()
+    assert writer.last_sequence == 2
