@@ -58,6 +58,20 @@ class InvalidChunk(HelixError):
         super().__init__(f"Invalid chunk: {summary}", problems=problems)
 
 
+class UnstorableChunks(HelixError):
+    """The database refused a writer's chunks as they are (a NUL character in a text, say)."""
+
+    code = "unstorable-chunks"
+    http_status = 422
+
+    def __init__(self, stream_id: str, reason: str) -> None:
+        super().__init__(
+            f"The database cannot store the chunks written to stream {stream_id!r}: {reason}",
+            stream_id=stream_id,
+        )
+        self.stream_id = stream_id
+
+
 class InvalidResumePoint(HelixError):
     code = "invalid-from-sequence"
     http_status = 400

@@ -12,9 +12,11 @@ on a busy worker), and the busier the process, the more each write carries.
 Writes made inside a transaction (a step's commit) go straight through, after what is queued,
 so they commit with it. `flush` writes what is queued now, in the caller's thread: the step
 calls it before reading `last_sequence` for its checkpoint. A refusal the flusher met
-(`WriterSuperseded`, `StreamClosed`, ...) is raised by the writer's next `write` or `flush`. A
-write that fails gives its chunks back to their writers: the flusher tries again shortly when
-the database failed, and otherwise leaves them to the step's own `flush`.
+(`WriterSuperseded`, `StreamClosed`, ...) is raised by the writer's next `write` or `flush`, as
+is `UnstorableChunks` when the database refuses a writer's chunks as they are: the flusher then
+stores each stream's alone, so that the others are stored. A write that fails otherwise gives
+its chunks back to their writers: the flusher tries again shortly when the database is away,
+and leaves them to the step's own `flush` when the fault is ours.
 """
 
 import contextlib
@@ -25,13 +27,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from django.db import Error, connection, connections
+from django.db import DatabaseError, Error, OperationalError, connection, connections
 
 from sessions_app.connections import release_connection
 from sessions_app.errors import HelixError
 from streams_app.backends.base import StreamWriter
 from streams_app.backends.types import ChunkBatch
 from streams_app.chunks import Chunk
+from streams_app.errors import UnstorableChunks
 
 logger = logging.getLogger(__name__)
 
@@ -201,29 +204,48 @@ class Flusher:
         batches = [ChunkBatch(w.stream_id, wire, w.writer.epoch) for w, wire in taken]
         try:
             results = taken[0][0].writer.manager.append_batches(batches)
-        except Exception as error:
-            # Nothing may stop the flusher: every step of the process waits on it. The chunks
-            # go back to their writers, ahead of any queued since, and the connection is
-            # dropped in case it broke.
-            for writer, wire in taken:
-                writer._give_back(wire)
-                writer._writing.release()
-            connections.close_all()
-            if not isinstance(error, Error):
-                # A fault of ours: no try again. Each step's own flush, at its commit at the
-                # latest, writes its chunks or meets the error where it fails the step.
-                logger.exception("Could not store the chunks of %d streams", len(taken))
-                return
-            # The database is away or dropped the connection: try again shortly.
-            logger.warning("Could not store the chunks of %d streams", len(taken), exc_info=True)
-            time.sleep(RETRY_PAUSE)
-            for writer, _ in taken:
-                self.enqueue(writer)
+        except Exception as error:  # Nothing may stop the flusher: every step waits on it.
+            self._failed(taken, error)
             return
         for (writer, _), result in zip(taken, results, strict=True):
             writer._stored(result)
             if writer._queued:  # Written meanwhile: the next batch takes them.
                 self.enqueue(writer)
+
+    def _failed(
+        self, taken: list[tuple[BatchedWriter, list[dict[str, Any]]]], error: Exception
+    ) -> None:
+        """Deal with the failed write of the writers' taken chunks."""
+        if isinstance(error, DatabaseError) and not isinstance(error, OperationalError):
+            # The database refused the data itself (a NUL character in a text, say), and would
+            # again: each stream alone, so that one stream's chunks hold up no other's.
+            if len(taken) > 1:
+                for one in taken:
+                    self._append([one])
+                return
+            writer, _ = taken[0]
+            # Its own words, not the data it quotes in its detail.
+            reason = getattr(getattr(error.__cause__, "diag", None), "message_primary", None)
+            refusal = UnstorableChunks(writer.stream_id, reason or type(error).__name__)
+            logger.warning("%s", refusal.message)
+            writer._stored(refusal)  # Its step meets it at its next write or flush.
+            return
+        # Else the chunks go back to their writers, ahead of any queued since, and the
+        # connection is dropped in case it broke.
+        for writer, wire in taken:
+            writer._give_back(wire)
+            writer._writing.release()
+        connections.close_all()
+        if not isinstance(error, Error):
+            # A fault of ours: no try again. Each step's own flush, at its commit at the latest,
+            # writes its chunks or meets the error where it fails the step.
+            logger.exception("Could not store the chunks of %d streams", len(taken))
+            return
+        # The database is away or dropped the connection: try again shortly.
+        logger.warning("Could not store the chunks of %d streams", len(taken), exc_info=True)
+        time.sleep(RETRY_PAUSE)
+        for writer, _ in taken:
+            self.enqueue(writer)
 
 
 _flushers: dict[int, Flusher] = {}

@@ -12,7 +12,7 @@ from django.db import connection, connections, transaction
 
 from streams_app.backends.batching import BatchedWriter, Flusher
 from streams_app.backends.orm import ORMStreamManager
-from streams_app.errors import WriterSuperseded
+from streams_app.errors import UnstorableChunks, WriterSuperseded
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -258,3 +258,22 @@ def test_a_batch_write_whose_connection_is_cut_is_tried_again(flusher):
     assert manager.calls == [["st"], ["st"]]  # The first write failed, the second stored.
     writer.flush()
     assert writer.last_sequence == 2
+
+
+@pytest.mark.postgres
+def test_chunks_the_database_refuses_hold_up_no_other_stream_and_reach_their_step(manager, flusher):
+    refused = batched(manager, flusher, "refused")
+    fine = batched(manager, flusher, "fine")
+
+    refused.write(text("a\x00b"))  # PostgreSQL stores no NUL character in a text.
+    fine.write(text("c"))
+
+    wait_for(lambda: stored(manager, "fine") == ["c"], timeout=5.0, what="the other stream's")
+    with pytest.raises(UnstorableChunks) as error:
+        refused.flush()
+    assert "\\u0000" not in error.value.message  # The database's words, not the data it quotes.
+    with pytest.raises(UnstorableChunks):
+        refused.write(text("d"))
+    time.sleep(DELAY * 4)  # No try again: the database would refuse it again.
+    assert manager.calls == [["refused", "fine"], ["refused"], ["fine"]]
+    assert stored(manager, "refused") == []
