@@ -2,6 +2,7 @@
 
 import logging
 import time
+from dataclasses import replace
 
 from agents_app import conf
 from agents_app.llm.base import (
@@ -18,6 +19,7 @@ from agents_app.observability import metrics, tracing
 from agents_app.runtime.types import Reply, tool_message
 from agents_app.runtime.watcher import StepWatch
 from sessions_app.connections import release_connection
+from sessions_app.stores.rules import storable
 from sessions_app.stores.types import Message
 from streams_app import chunks
 from streams_app.backends.batching import BatchedWriter
@@ -77,18 +79,25 @@ class ModelCall:
             self.llm_stream.close()
         message_id = f"{self.step_id}:assistant"
         for event in self.llm_stream:
-            match event:
+            match event:  # What the model says is stored as every backend can store it.
                 case TextDelta():
-                    text.append(event.text)
-                    writer.write(
-                        self._chunk(chunks.TextDelta, delta=event.text, message_id=message_id)
-                    )
+                    delta = storable(event.text)
+                    text.append(delta)
+                    writer.write(self._chunk(chunks.TextDelta, delta=delta, message_id=message_id))
                 case ReasoningDelta():
+                    delta = storable(event.text)
                     writer.write(
-                        self._chunk(chunks.ReasoningDelta, delta=event.text, message_id=message_id)
+                        self._chunk(chunks.ReasoningDelta, delta=delta, message_id=message_id)
                     )
                 case ToolCall():
-                    calls.append(event)
+                    calls.append(
+                        replace(
+                            event,
+                            id=storable(event.id),
+                            name=storable(event.name),
+                            arguments=storable(event.arguments),
+                        )
+                    )
                 case Usage():
                     usage.append(event)
         return Reply(text="".join(text), tool_calls=calls, usage=usage)

@@ -29,6 +29,7 @@ from agents_app.llm.base import ToolCall
 from agents_app.observability import metrics, tracing
 from sessions_app.connections import release_connection
 from sessions_app.stores import get_session_store
+from sessions_app.stores.rules import storable
 from sessions_app.stores.types import ToolCallRecord, merge_op_from_json, merge_op_to_json
 from streams_app.backends.batching import BatchedWriter
 from streams_app.chunks import Custom, ToolCallStart, ToolResult
@@ -214,6 +215,7 @@ def _run_afresh(tool: Tool | None, call: ToolCall, context: ToolCallContext) -> 
     started = time.monotonic()
     with tracing.span("tool", tool_name=call.name, tool_call_id=call.id) as span:
         result, is_error = _execute(tool, call, context)
+        result = storable(result)  # Stored as every backend can store it (a binary file's text).
         span.set_attribute("helix.tool_error", is_error)
     elapsed = time.monotonic() - started
     metrics.TOOL_SECONDS.labels(scope.agent_type).observe(elapsed)

@@ -66,6 +66,19 @@ sleep_tool = Tool(name="sleep", description="Sleep a while.", input_model=Nap, e
 broken_tool = Tool(name="explode", description="Always fails.", input_model=Note, execute=explode)
 
 
+class FilePath(BaseModel):
+    path: str
+
+
+def read_binary(file: FilePath, ctx) -> dict:
+    return {"read": f"{file.path}: bin\x00ary \ud800"}  # A binary file read as text.
+
+
+binary_tool = Tool(
+    name="read_file", description="Read a file.", input_model=FilePath, execute=read_binary
+)
+
+
 class Question(BaseModel):
     text: str
 
@@ -267,6 +280,17 @@ SCRIPTED_AGENTS = [
         sequence_script(
             Turn(tool_calls=[ScriptedToolCall(name="explode", arguments={"text": "this"})]),
             Turn(text="The tool failed; carrying on."),
+        ),
+    ),
+    # A model and a tool that say what no database stores: a NUL, a surrogate without its pair.
+    (
+        Agent(name="garbler", tools=[binary_tool]),
+        sequence_script(
+            Turn(
+                text="Odd\x00 bytes \ud800 here",
+                tool_calls=[ScriptedToolCall(name="read_file", arguments={"path": "a\x00b"})],
+            ),
+            Turn(text="Read."),
         ),
     ),
     # Never stops calling tools: the run fails at its step limit.

@@ -144,6 +144,28 @@ def test_a_tool_that_raises_becomes_an_error_result_and_the_run_goes_on(worker, 
     assert "cannot handle this" in results[0]["result"]["error"]
 
 
+def test_what_a_model_or_tool_says_that_no_database_stores_is_stored_with_replacements(
+    worker, owner
+):
+    started = services.agent_start(user=owner, agent_type="garbler", message="Read it.")
+
+    state = finished(started.session_id)
+
+    assert state.status == SessionStatus.COMPLETED
+    assert text_of(started.stream_id) == "Odd\ufffd bytes \ufffd hereRead."
+    chunks = [c.chunk for c in get_stream_manager().get_all_chunks(started.stream_id)]
+    call = next(c for c in chunks if c["type"] == "tool_call_start")
+    assert call["input"] == {"path": "a\ufffdb"}  # The model's arguments, as the tool got them.
+    result = next(c for c in chunks if c["type"] == "tool_result")
+    assert result["result"] == {"read": "a\ufffdb: bin\ufffdary \ufffd"}
+    messages = get_session_store().get_messages(started.session_id, limit=10).messages
+    assert [m.content for m in messages if m.role == MessageRole.ASSISTANT] == [
+        "Odd\ufffd bytes \ufffd here",
+        "Read.",
+    ]
+    assert messages[1].tool_calls[0]["arguments"] == {"path": "a\ufffdb"}
+
+
 def test_a_run_fails_at_its_step_limit(worker, owner):
     started = services.agent_start(user=owner, agent_type="looper", message="Go.")
 
