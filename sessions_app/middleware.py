@@ -1,7 +1,7 @@
 """Middleware of the API surface."""
 
+import contextlib
 from collections.abc import Callable
-from typing import Any
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -10,7 +10,12 @@ from django.utils.decorators import sync_and_async_middleware
 from sessions_app.conf import helix_setting
 from sessions_app.errors import InvalidJSON
 from sessions_app.http import error_body
-from sessions_app.parsers import json_loads
+from sessions_app.parsers import (
+    json_loads,
+    may_hold_unstorable,
+    unstorable_character,
+    unstorable_text,
+)
 
 
 @sync_and_async_middleware
@@ -20,8 +25,8 @@ def api_request_guard(get_response: Callable) -> Callable:
     413 for a body over ``HELIX["MAX_REQUEST_BYTES"]`` (16 MiB unless set; 0 or None for no
     limit), by its `Content-Length`, or what arrived when there is none (a chunked request);
     400 for a NUL character anywhere in the query or in a JSON body's keys and strings, which
-    PostgreSQL cannot store, so that no input is half accepted on one database and a server
-    error on another.
+    PostgreSQL cannot store, or an unpaired surrogate, which neither database can, so that no
+    input is half accepted on one database and a server error on another.
     """
 
     if iscoroutinefunction(get_response):
@@ -40,7 +45,7 @@ def api_request_guard(get_response: Callable) -> Callable:
 def _refusal(request: HttpRequest) -> HttpResponse | None:
     if not request.path.startswith("/api/"):
         return None
-    return _too_large(request) or _has_nul(request)
+    return _too_large(request) or _unstorable(request)
 
 
 def _too_large(request: HttpRequest) -> HttpResponse | None:
@@ -57,30 +62,16 @@ def _too_large(request: HttpRequest) -> HttpResponse | None:
     )
 
 
-def _has_nul(request: HttpRequest) -> HttpResponse | None:
-    if any(_holds_nul(name) or _holds_nul(values) for name, values in request.GET.lists()):
-        where = "query"
-    elif request.content_type == "application/json" and b"\\u0000" in request.body:
-        try:
-            where = "body" if _holds_nul(json_loads(request.body)) else None
-        except InvalidJSON:
-            where = None  # Not JSON: the view's parser says so.
-    else:
-        where = None
-    if where is None:
+def _unstorable(request: HttpRequest) -> HttpResponse | None:
+    where, kind = "query", unstorable_character(dict(request.GET.lists()))
+    if kind is None and request.content_type == "application/json":
+        where = "body"
+        if may_hold_unstorable(request.body):
+            with contextlib.suppress(InvalidJSON):  # Not JSON: the view's parser says so.
+                kind = unstorable_character(json_loads(request.body))
+    if kind is None:
         return None
     return JsonResponse(
-        error_body("invalid-input", f"The {where} holds a NUL character.", {where: "NUL"}),
+        error_body("invalid-input", f"The {where} holds {unstorable_text(kind)}.", {where: kind}),
         status=400,
     )
-
-
-def _holds_nul(value: Any) -> bool:
-    """Return whether a JSON value holds a NUL character in any key or string."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(item) for item in value)
-    return False

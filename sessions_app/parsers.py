@@ -27,6 +27,12 @@ MAX_JSON_DEPTH = 128
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+# What no database stores in a text: NUL (PostgreSQL) and surrogates, which a decoded JSON
+# string holds only unpaired (UTF-8 has none). JSON text can carry them only as escapes.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_ESCAPE = r"\\u(?:0000|[dD][89a-fA-F])"
+_ESCAPE_IN_TEXT = re.compile(_UNSTORABLE_ESCAPE)
+_ESCAPE_IN_BYTES = re.compile(_UNSTORABLE_ESCAPE.encode())
 
 
 def json_depth(text: str) -> int:
@@ -67,6 +73,32 @@ def json_loads(text: str | bytes, *, what: str = "The JSON") -> Any:
         raise InvalidJSON(f"{what} is not JSON: {error}.") from None
 
 
+def may_hold_unstorable(text: str | bytes) -> bool:
+    """Return whether the JSON `text` may hold a character no database stores: a cheap look
+    at its escapes, before `unstorable_character` looks at what it decodes to."""
+    pattern = _ESCAPE_IN_BYTES if isinstance(text, bytes) else _ESCAPE_IN_TEXT
+    return pattern.search(text) is not None
+
+
+def unstorable_character(value: Any) -> str | None:
+    """Return what a JSON value holds in a key or string that no database stores: "NUL" or
+    "surrogate" (an unpaired one), or `None`."""
+    if isinstance(value, str):
+        found = _UNSTORABLE.search(value)
+        return None if found is None else ("NUL" if found.group() == "\x00" else "surrogate")
+    if isinstance(value, dict):
+        found = (unstorable_character(key) or unstorable_character(v) for key, v in value.items())
+        return next(filter(None, found), None)
+    if isinstance(value, list):
+        return next(filter(None, map(unstorable_character, value)), None)
+    return None
+
+
+def unstorable_text(kind: str) -> str:
+    """Return how an error names what `unstorable_character` found."""
+    return "a NUL character" if kind == "NUL" else "an unpaired surrogate"
+
+
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, refusing with `InvalidJSON` whatever `json_loads` refuses."""
 
@@ -90,8 +122,8 @@ class JSONParser(parsers.JSONParser):
 def frame_loads(text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
     """Return a WebSocket frame as a JSON object with a string `type`.
 
-    Raise `InvalidFrame` for a binary frame or JSON of another shape, `InvalidJSON` for text
-    that is not JSON.
+    Raise `InvalidFrame` for a binary frame, JSON of another shape or holding a character no
+    database stores (`unstorable_character`), `InvalidJSON` for text that is not JSON.
     """
     if text_data is None:
         raise InvalidFrame(
@@ -101,6 +133,8 @@ def frame_loads(text_data: str | None, bytes_data: bytes | None) -> dict[str, An
     frame = json_loads(text_data, what="The frame")
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         raise InvalidFrame('A frame is a JSON object with a string "type".')
+    if may_hold_unstorable(text_data) and (kind := unstorable_character(frame)):
+        raise InvalidFrame(f"The frame holds {unstorable_text(kind)}, which no database stores.")
     return frame
 
 

@@ -210,6 +210,21 @@ def test_a_nul_anywhere_in_a_json_body_answers_400_and_writes_nothing(owner, pat
     assert not AgentSession.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["/api/sessions/s-1/start", "/api/chat", "/api/sessions/"],
+)
+def test_an_unpaired_surrogate_in_a_json_body_answers_400_and_writes_nothing(owner, path):
+    # A decoded JSON string holds a surrogate only unpaired; neither database stores one.
+    body = '{"agentType": "counter", "input": {"message": "a\\ud800b"}, "id": "c", "messages": []}'
+
+    response = client_of(owner).post(path, body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["details"] == {"body": "surrogate"}
+    assert not AgentSession.objects.exists()
+
+
 def test_a_nul_in_the_query_or_in_a_session_id_is_refused(owner):
     client = client_of(owner)
 

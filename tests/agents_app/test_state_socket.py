@@ -410,6 +410,9 @@ async def test_frames_outside_the_protocol_get_error_frames_and_the_socket_stays
         ('{"type": "cf_agent_state", "state": {"score": 1e400}}', "invalid-json"),
         ('{"type": "cf_agent_state", "state": ' + deep + "}", "invalid-json"),
         (b"\x00\x01", "invalid-frame"),
+        ('{"type": "cf_agent_state", "state": {"note": "a\\u0000b"}}', "invalid-frame"),
+        ('{"type": "cf_agent_state", "state": {"note\\ud800": 1}}', "invalid-frame"),
+        ('{"type": "rpc", "id": "1", "method": "double", "args": ["\\udfff"]}', "invalid-frame"),
         ("[1, 2]", "invalid-frame"),
         ('{"type": 7}', "invalid-frame"),
         ('{"type": "cf_agent_state"}', "invalid-frame"),  # No state.

@@ -125,8 +125,12 @@ async def test_ping_is_answered_with_pong(owner, owned_session):
         ('["ping"]', "invalid-frame"),
         ('{"kind": "ping"}', "invalid-frame"),
         ('{"type": "subscribe"}', "unknown-type"),
+        ('{"type": "ping", "at": "\\u0000"}', "invalid-frame"),
     ],
-    ids=["binary", "not-json", "nan", "huge-number", "deep", "array", "no-type", "unknown-type"],
+    ids=[
+        *("binary", "not-json", "nan", "huge-number", "deep", "array", "no-type", "unknown-type"),
+        "nul",
+    ],
 )
 async def test_a_bad_frame_gets_an_error_frame_and_the_socket_still_answers_pings(
     owner, owned_session, frame, code
