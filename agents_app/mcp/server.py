@@ -6,12 +6,13 @@ session with its next call. While the run goes, each piece of its text goes out 
 notification (when the client sent a progress token). A call the client cancels interrupts the
 run. A run that fails, is interrupted or suspends (waiting for a person) is an error result
 saying so; a call naming a session the caller does not own is answered as one naming a missing
-session. Calls count against `HELIX["RUN_START_RATE"]` as the API's run starts do.
+session. Calls count against `HELIX["RUN_START_RATE"]` as the API's run starts do, and input no
+database stores (a NUL character) is refused as the API refuses it.
 """
 
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import mcp_types as types
@@ -20,12 +21,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from mcp import MCPError
 from mcp.server import Server
 from mcp.server.context import ServerRequestContext
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from agents_app.definitions.registry import get_registry
 from agents_app.mcp.calls import RunEnding, agent_call_interrupt, agent_call_start, follow_run
 from agents_app.runs.throttles import RunStartThrottle
 from sessions_app.errors import HelixError, error_body
+from sessions_app.parsers import unstorable_character, unstorable_text
 
 SERVER_NAME = "helix"
 INSTRUCTIONS = (
@@ -34,13 +36,23 @@ INSTRUCTIONS = (
 )
 
 
+def _storable(text: str) -> str:
+    """Refuse what no database stores, as the API does (`sessions_app.middleware`)."""
+    if kind := unstorable_character(text):
+        raise ValueError(f"holds {unstorable_text(kind)}, which no database stores")
+    return text
+
+
+StorableText = Annotated[str, AfterValidator(_storable)]
+
+
 class AgentCall(BaseModel):
     """The input of an agent's tool."""
 
     model_config = ConfigDict(extra="forbid")
 
-    message: str = Field(min_length=1, description="What to ask the agent.")
-    sessionId: str | None = Field(
+    message: StorableText = Field(min_length=1, description="What to ask the agent.")
+    sessionId: StorableText | None = Field(
         default=None,
         description="Continue this session (from an earlier result); omit to start a new one.",
     )

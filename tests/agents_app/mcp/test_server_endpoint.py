@@ -167,6 +167,19 @@ def test_another_users_session_id_answers_as_a_missing_one(daphne, owner, strang
     assert get_session_store().get_current_run(theirs) is None  # Nothing ran on it.
 
 
+def test_a_message_no_database_stores_is_refused_and_starts_nothing(daphne, owner, token):
+    async def scenario() -> types.CallToolResult:
+        async with connect(daphne, {"Authorization": f"Token {token}"}) as client:
+            return (await call(client, "a\x00b"))[0]
+
+    result = anyio.run(scenario)
+
+    assert result.is_error
+    assert result.structured_content["error"]["code"] == "invalid-input"
+    assert "message: Value error, holds a NUL character" in result.content[0].text
+    assert get_session_store().list_sessions(owner_id=owner.pk).total == 0
+
+
 def test_mcp_requires_a_token_or_a_signed_in_session(daphne, owner):
     url = f"http://127.0.0.1:{daphne.port}/mcp"
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
