@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from sessions_app.stores.rules import apply_merge_ops
+from sessions_app.stores.rules import apply_merge_ops, storable
 from sessions_app.stores.types import (
     AppendOp,
     DeleteOp,
@@ -43,7 +43,8 @@ class StateDraft(Mapping[str, Any]):
 
     Read it like a dict (`draft[key]`, `key in draft`, `draft.get(key)`); every value read is
     a copy, so changing it changes nothing. Write with `draft[key] = value`, `set`, `append`,
-    `delete` or `del draft[key]`; values are stored in their JSON form.
+    `delete` or `del draft[key]`; values are stored in their JSON form, as every backend stores
+    them (`sessions_app.stores.rules.storable`).
     """
 
     def __init__(self, state: Mapping[str, Any] | None = None) -> None:
@@ -76,7 +77,8 @@ class StateDraft(Mapping[str, Any]):
 
     def set(self, key: str, value: Any) -> None:
         """Set `key` to `value`; of parallel calls setting one key, the later call wins."""
-        self._record(ReplaceOp(key=_checked(key), value=json_copy(value, f"State key {key!r}")))
+        value = storable(json_copy(value, f"State key {key!r}"))
+        self._record(ReplaceOp(key=_checked(key), value=value))
 
     def append(self, key: str, *items: Any) -> None:
         """Append `items` to the list at `key`, creating it; parallel appends all land.
@@ -89,7 +91,8 @@ class StateDraft(Mapping[str, Any]):
                 f"Cannot append to state key {key!r}: it holds {type(current).__name__}, "
                 "not a list."
             )
-        self._record(AppendOp(key=key, items=json_copy(list(items), f"State key {key!r}")))
+        appended = storable(json_copy(list(items), f"State key {key!r}"))
+        self._record(AppendOp(key=key, items=appended))
 
     def delete(self, key: str) -> None:
         """Remove `key` (nothing happens at commit if it is absent by then)."""

@@ -90,7 +90,7 @@ class ToolCallContext:
             session_id=self.session_id,
             agent_type=self.agent_type,
             name=name or "custom",
-            data=data,
+            data=storable(data),
         )
         self.scope.writer.write(chunk)
         self.emitted.append((chunk.name, chunk.data))

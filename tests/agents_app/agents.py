@@ -71,7 +71,11 @@ class FilePath(BaseModel):
 
 
 def read_binary(file: FilePath, ctx) -> dict:
-    return {"read": f"{file.path}: bin\x00ary \ud800"}  # A binary file read as text.
+    read = f"{file.path}: bin\x00ary \ud800"  # A binary file read as text.
+    ctx.state.set("last", read)
+    ctx.state.append("all", read)
+    ctx.emit({"read": read}, name="file")
+    return {"read": read}
 
 
 binary_tool = Tool(

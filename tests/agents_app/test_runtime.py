@@ -156,8 +156,10 @@ def test_what_a_model_or_tool_says_that_no_database_stores_is_stored_with_replac
     chunks = [c.chunk for c in get_stream_manager().get_all_chunks(started.stream_id)]
     call = next(c for c in chunks if c["type"] == "tool_call_start")
     assert call["input"] == {"path": "a\ufffdb"}  # The model's arguments, as the tool got them.
-    result = next(c for c in chunks if c["type"] == "tool_result")
-    assert result["result"] == {"read": "a\ufffdb: bin\ufffdary \ufffd"}
+    read = "a\ufffdb: bin\ufffdary \ufffd"
+    assert next(c for c in chunks if c["type"] == "tool_result")["result"] == {"read": read}
+    assert next(c for c in chunks if c["type"] == "custom")["data"] == {"read": read}
+    assert state.custom_state == {"last": read, "all": [read]}
     messages = get_session_store().get_messages(started.session_id, limit=10).messages
     assert [m.content for m in messages if m.role == MessageRole.ASSISTANT] == [
         "Odd\ufffd bytes \ufffd here",
