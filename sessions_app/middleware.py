@@ -10,12 +10,8 @@ from django.utils.decorators import sync_and_async_middleware
 from sessions_app.conf import helix_setting
 from sessions_app.errors import InvalidJSON
 from sessions_app.http import error_body
-from sessions_app.parsers import (
-    json_loads,
-    may_hold_unstorable,
-    unstorable_character,
-    unstorable_text,
-)
+from sessions_app.parsers import json_loads, may_hold_unstorable
+from sessions_app.storable import unstorable_character, unstorable_text
 
 
 @sync_and_async_middleware

@@ -18,6 +18,7 @@ from django.conf import settings
 from rest_framework import parsers
 
 from sessions_app.errors import HelixError, InvalidFrame, InvalidJSON
+from sessions_app.storable import unstorable_character, unstorable_text
 
 # Deeper than any body the API takes, and shallow enough that whatever is accepted can still be
 # copied and serialized: pydantic stops at 255 levels, `copy.deepcopy` near 500.
@@ -27,9 +28,8 @@ MAX_JSON_DEPTH = 128
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
-# What no database stores in a text: NUL (PostgreSQL) and surrogates, which a decoded JSON
-# string holds only unpaired (UTF-8 has none). JSON text can carry them only as escapes.
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# The escapes of what no database stores (`sessions_app.storable`): JSON text can carry a NUL
+# or a surrogate only so.
 _UNSTORABLE_ESCAPE = r"\\u(?:0000|[dD][89a-fA-F])"
 _ESCAPE_IN_TEXT = re.compile(_UNSTORABLE_ESCAPE)
 _ESCAPE_IN_BYTES = re.compile(_UNSTORABLE_ESCAPE.encode())
@@ -75,28 +75,10 @@ def json_loads(text: str | bytes, *, what: str = "The JSON") -> Any:
 
 def may_hold_unstorable(text: str | bytes) -> bool:
     """Return whether the JSON `text` may hold a character no database stores: a cheap look
-    at its escapes, before `unstorable_character` looks at what it decodes to."""
+    at its escapes, before `sessions_app.storable.unstorable_character` looks at what it
+    decodes to."""
     pattern = _ESCAPE_IN_BYTES if isinstance(text, bytes) else _ESCAPE_IN_TEXT
     return pattern.search(text) is not None
-
-
-def unstorable_character(value: Any) -> str | None:
-    """Return what a JSON value holds in a key or string that no database stores: "NUL" or
-    "surrogate" (an unpaired one), or `None`."""
-    if isinstance(value, str):
-        found = _UNSTORABLE.search(value)
-        return None if found is None else ("NUL" if found.group() == "\x00" else "surrogate")
-    if isinstance(value, dict):
-        found = (unstorable_character(key) or unstorable_character(v) for key, v in value.items())
-        return next(filter(None, found), None)
-    if isinstance(value, list):
-        return next(filter(None, map(unstorable_character, value)), None)
-    return None
-
-
-def unstorable_text(kind: str) -> str:
-    """Return how an error names what `unstorable_character` found."""
-    return "a NUL character" if kind == "NUL" else "an unpaired surrogate"
 
 
 class JSONParser(parsers.JSONParser):

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from sessions_app.stores.rules import apply_merge_ops, storable
+from sessions_app.storable import storable
+from sessions_app.stores.rules import apply_merge_ops
 from sessions_app.stores.types import (
     AppendOp,
     DeleteOp,
@@ -44,7 +45,7 @@ class StateDraft(Mapping[str, Any]):
     Read it like a dict (`draft[key]`, `key in draft`, `draft.get(key)`); every value read is
     a copy, so changing it changes nothing. Write with `draft[key] = value`, `set`, `append`,
     `delete` or `del draft[key]`; values are stored in their JSON form, as every backend stores
-    them (`sessions_app.stores.rules.storable`).
+    them (`sessions_app.storable`).
     """
 
     def __init__(self, state: Mapping[str, Any] | None = None) -> None:

@@ -27,7 +27,7 @@ from agents_app.definitions.registry import get_registry
 from agents_app.mcp.calls import RunEnding, agent_call_interrupt, agent_call_start, follow_run
 from agents_app.runs.throttles import RunStartThrottle
 from sessions_app.errors import HelixError, error_body
-from sessions_app.parsers import unstorable_character, unstorable_text
+from sessions_app.storable import unstorable_character, unstorable_text
 
 SERVER_NAME = "helix"
 INSTRUCTIONS = (

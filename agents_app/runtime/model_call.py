@@ -19,7 +19,7 @@ from agents_app.observability import metrics, tracing
 from agents_app.runtime.types import Reply, tool_message
 from agents_app.runtime.watcher import StepWatch
 from sessions_app.connections import release_connection
-from sessions_app.stores.rules import storable
+from sessions_app.storable import storable
 from sessions_app.stores.types import Message
 from streams_app import chunks
 from streams_app.backends.batching import BatchedWriter

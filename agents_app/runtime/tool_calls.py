@@ -28,8 +28,8 @@ from agents_app.definitions.state import StateDraft
 from agents_app.llm.base import ToolCall
 from agents_app.observability import metrics, tracing
 from sessions_app.connections import release_connection
+from sessions_app.storable import storable
 from sessions_app.stores import get_session_store
-from sessions_app.stores.rules import storable
 from sessions_app.stores.types import ToolCallRecord, merge_op_from_json, merge_op_to_json
 from streams_app.backends.batching import BatchedWriter
 from streams_app.chunks import Custom, ToolCallStart, ToolResult

@@ -36,7 +36,6 @@ MAX_IDENTIFIER_LENGTH = 255
 MAX_PAGE_SIZE = 1000
 # The largest offset or sequence a query takes: the databases' 64-bit integers.
 MAX_POSITION = 2**63 - 1
-REPLACEMENT_CHARACTER = "\ufffd"
 
 # The SessionState fields `save_state` writes.
 MUTABLE_STATE_FIELDS = tuple(
@@ -45,34 +44,6 @@ MUTABLE_STATE_FIELDS = tuple(
     if field.name not in SessionState.IDENTITY_FIELDS | SessionState.READ_ONLY_FIELDS
 )
 _OPTIONAL_TEXT_STATE_FIELDS = ("error", "failure_reason", "abort_reason", "suspended_step_id")
-
-
-def storable(value: Any) -> Any:
-    """Return a JSON value as every backend stores it: in its strings and keys, NUL characters
-    (which PostgreSQL cannot store) and unpaired surrogates (which neither database's UTF-8
-    can) replaced by U+FFFD.
-
-    For what models and tools produce, which the runtime stores but does not choose.
-    """
-    if isinstance(value, str):
-        return _storable_text(value)
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [storable(item) for item in value]
-    return value
-
-
-def _storable_text(text: str) -> str:
-    if "\x00" in text:
-        text = text.replace("\x00", REPLACEMENT_CHARACTER)
-    if text.isascii():
-        return text
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # A surrogate without its pair: replaced, as a decoder would.
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
 
 
 def check_name(value: Any, kind: str = "name") -> str:
