@@ -19,6 +19,7 @@ from agents_app.runtime.types import Reply, StepOutcome, tool_message
 from agents_app.subagents import children
 from sessions_app.connections import pipelined
 from sessions_app.errors import VersionConflict
+from sessions_app.storable import storable
 from sessions_app.stores.rules import apply_merge_ops
 from sessions_app.stores.types import (
     CasRejected,
@@ -101,6 +102,7 @@ class Ending:
 
     def fail(self, writer: BatchedWriter, message: str, *, failure_reason: str) -> StepOutcome:
         """Fail the run with `message`; the step commits nothing, and its chunks go."""
+        message = storable(message)  # It may quote a model server's or a tool's words.
         with writer.held():
             writer.flush()
             self.streams.cleanup_to_step(self.state.stream_id, self.step - 1)

@@ -297,6 +297,11 @@ SCRIPTED_AGENTS = [
             Turn(text="Read."),
         ),
     ),
+    # A model server whose error says what no database stores.
+    (
+        Agent(name="mumbler"),
+        sequence_script(Turn(error=LLMError("bad\x00 byte", retryable=False))),
+    ),
     # Never stops calling tools: the run fails at its step limit.
     (
         Agent(name="looper", tools=[note_tool], max_steps=3),

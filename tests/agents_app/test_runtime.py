@@ -168,6 +168,16 @@ def test_what_a_model_or_tool_says_that_no_database_stores_is_stored_with_replac
     assert messages[1].tool_calls[0]["arguments"] == {"path": "a\ufffdb"}
 
 
+def test_a_failure_whose_message_no_database_stores_fails_the_run_with_replacements(worker, owner):
+    started = services.agent_start(user=owner, agent_type="mumbler", message="Go.")
+
+    state = finished(started.session_id)
+
+    assert (state.status, state.error) == (SessionStatus.FAILED, "The model failed: bad\ufffd byte")
+    run = get_session_store().get_current_run(started.session_id)
+    assert (run.status, run.error) == (RunStatus.FAILED, state.error)
+
+
 def test_a_run_fails_at_its_step_limit(worker, owner):
     started = services.agent_start(user=owner, agent_type="looper", message="Go.")
 
