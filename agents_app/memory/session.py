@@ -9,6 +9,7 @@ from agents_app.llm.base import AdapterContext, LLMRequest, TextDelta, build_ada
 from sessions_app.memory.manager import SessionManager
 from sessions_app.memory.session import ConversationMemory, MemoryConfig
 from sessions_app.memory.tools import MemoryTool
+from sessions_app.storable import storable
 from sessions_app.stores.types import Message, MessageRole, SessionState
 
 
@@ -53,7 +54,8 @@ def memory_tools(
 
 
 def _summarizer(adapter_context: AdapterContext, llm_config: dict) -> Callable[[str], str]:
-    """Return a function asking the agent's model to answer a prompt, as one text."""
+    """Return a function asking the agent's model to answer a prompt, as one text (stored as
+    every backend can store it)."""
 
     def summarize(prompt: str) -> str:
         request = LLMRequest(
@@ -62,7 +64,7 @@ def _summarizer(adapter_context: AdapterContext, llm_config: dict) -> Callable[[
             model=llm_config.get("model"),
         )
         stream = build_adapter(adapter_context, llm_config).stream(request)
-        return "".join(event.text for event in stream if isinstance(event, TextDelta))
+        return storable("".join(event.text for event in stream if isinstance(event, TextDelta)))
 
     return summarize
 

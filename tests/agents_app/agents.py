@@ -195,7 +195,7 @@ def memorizer_script(request, context) -> Turn:
     """Summarise when asked to; save a "Remember: ..." with set_context; else echo the prompt."""
     last = request.messages[-1]
     if last.content.startswith(("Create a concise summary", "You are updating")):
-        return Turn(text="## Topic\nWhat the user told me.")
+        return Turn(text="## Topic\nWhat the user told me.\x00")  # With what no database stores.
     if last.role == MessageRole.USER and last.content.startswith("Remember: "):
         fact = last.content.removeprefix("Remember: ")
         call = ScriptedToolCall(name="set_context", arguments={"label": "memory", "content": fact})

@@ -65,7 +65,7 @@ def test_a_long_branch_is_compacted_when_a_step_begins_past_the_threshold(
     history = store.get_history("s-1")
     assert compaction.from_message_id == compaction.to_message_id == path[0].id
     assert history[0].id == f"compaction_{compaction.compaction_id}"
-    assert history[0].content == "## Topic\nWhat the user told me."
+    assert history[0].content == "## Topic\nWhat the user told me.\ufffd"
     assert [m.content for m in history[1:]] == [
         first,
         "more " * 150,
