@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions_app.conf import helix_setting
+from sessions_app.retries import retried_on_conflict
 from sessions_app.selectors import session_for_user
 from sessions_app.stores import get_session_store
 from streams_app.backends import get_stream_manager
@@ -19,9 +20,15 @@ def session_delete(*, user: AbstractBaseUser, session_id: str) -> None:
     session_and_stream_delete(session_id=session_id, stream_id=state.stream_id)
 
 
+@retried_on_conflict
 def session_and_stream_delete(*, session_id: str, stream_id: str) -> None:
     """Delete a session, everything recorded under it and its stream, at once; callers check
-    who may."""
+    who may.
+
+    A step committing meanwhile may hold the stream's row and wait for the session's, which
+    this holds and then waits for the stream's: PostgreSQL breaks the deadlock by aborting one
+    transaction, and this one, aborted, is run again once the step has committed.
+    """
     with transaction.atomic():
         get_session_store().delete_session(session_id)
         get_stream_manager().delete_stream(stream_id)

@@ -5,6 +5,7 @@ from dataclasses import replace
 from django.db import transaction
 
 from agents_app.runs import dispatch
+from sessions_app.retries import retried_on_conflict
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import LIVE_STATUSES, RunStatus, SessionState, SessionStatus
 from streams_app import chunks
@@ -30,13 +31,16 @@ def interrupt_session(session_id: str, reason: str | None = None) -> None:
         interrupt_session(child_id, reason)
 
 
+@retried_on_conflict
 def abort_session(
     session_id: str, reason: str | None = None, *, failure_reason: str = "aborted"
 ) -> None:
     """Fail the session, its run and its stream for good; a running step can no longer commit.
 
     Runs queued behind the running one are dropped, the session's live children are aborted
-    too, and its parent, if it has one, is told once this commits.
+    too, and its parent, if it has one, is told once this commits. It locks the session, then
+    the stream, where a step's commit takes them the other way round: when they deadlock and
+    PostgreSQL aborts this one, it goes again once the step has committed.
     """
     store = get_session_store()
     error = f"Aborted: {reason}" if reason else "Aborted."

@@ -13,11 +13,14 @@ from agents_app.definitions.inputs import InvalidInput
 from agents_app.definitions.registry import AgentNotFound, get_registry
 from agents_app.errors import AgentTypeMismatch, HookRefused, InvalidResume, RunNotActive
 from agents_app.runs import services
+from agents_app.runs.control import abort_session
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import AgentSession
 from sessions_app.stores import get_session_store
 from sessions_app.stores.statements import statements
 from sessions_app.stores.types import SessionStatus
+from streams_app.backends import get_stream_manager
+from tests.step_commits import race_a_step_commit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
 
@@ -217,3 +220,24 @@ def test_resume_refuses_unknown_modes_and_checkpoints(owner):
             )
     with pytest.raises(InvalidResume, match="no step to retry"):
         services.agent_resume(user=owner, session_id=started.session_id, mode="retry")
+
+
+@pytest.mark.postgres
+def test_aborting_a_session_while_its_step_commits_outlasts_the_deadlock():
+    store, streams = get_session_store(), get_stream_manager()
+    session = store.create_session(None, agent_type="researcher")
+    streams.create_writer(session.stream_id, "run-1", "researcher")
+
+    failures = race_a_step_commit(
+        streams,
+        session.session_id,
+        session.stream_id,
+        lambda: abort_session(session.session_id, "Enough."),
+    )
+
+    # PostgreSQL aborts the abort, which waited first; it goes again after the commit.
+    assert failures == []
+    state = store.load_state(session.session_id)
+    assert (state.status, state.aborted) == (SessionStatus.FAILED, True)
+    assert state.error == "Aborted: Enough."
+    assert streams.get_stream_info(session.stream_id).status == "failed"
