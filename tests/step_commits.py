@@ -1,8 +1,9 @@
 """A step's commit, as the database sees it, racing another transaction on its session.
 
 A step's commit first writes its last chunks (holding its stream's row), then locks its
-session's row. A transaction that locks the session first and then writes to the stream (a
-deletion, an abort) deadlocks with it; PostgreSQL aborts the one that waited first.
+session's row, with the store's own statement. A transaction that locks the session first and
+then writes to the stream (a deletion, an abort) deadlocks with it; PostgreSQL aborts the one
+that waited first.
 """
 
 import threading
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from django.db import connection, connections, transaction
 
+from sessions_app.stores.statements import fetch_one, statements
 from streams_app.backends.base import StreamManager
 from tests.waiting import wait_for
 
@@ -27,11 +29,7 @@ def race_a_step_commit(
             manager.append_chunks(stream_id, [_text("last")])
             chunks_written.set()
             action_waits.wait(10)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT 1 FROM sessions_app_agentsession WHERE id = %s FOR UPDATE",
-                    [session_id],
-                )
+            fetch_one(statements(connection.vendor).lock_for_commit, [session_id, session_id])
 
     def run(function: Callable[[], object]) -> Callable[[], None]:
         def target() -> None:

@@ -29,7 +29,6 @@ import signal
 import time
 from pathlib import Path
 
-import psycopg
 from celery.signals import task_postrun
 from django.db import connection
 from pydantic import BaseModel
@@ -41,6 +40,7 @@ from agents_app.runtime import attempt, executor
 from sessions_app.stores import get_session_store
 from streams_app import chunks
 from streams_app.models import StreamChunk
+from tests.cut_connections import cut_own_connection
 
 FAULT_DIR = Path(os.environ.get("HELIX_FAULT_DIR", "/nonexistent"))
 STREAMED_DELTAS_BEFORE_KILL = 2
@@ -163,7 +163,7 @@ def _in_commit(finish_step):
             if fault.startswith(f"terminate:{seen}@") and _strikes(
                 self.session_id, f"terminate:{seen}", self.step
             ):
-                _terminate_own_connection()
+                cut_own_connection()
             return execute(sql, params, many, context)
 
         with connection.execute_wrapper(statement):
@@ -173,15 +173,6 @@ def _in_commit(finish_step):
         return outcome
 
     return wrapper
-
-
-def _terminate_own_connection() -> None:
-    database = connection.settings_dict
-    with psycopg.connect(
-        host=database["HOST"], port=database["PORT"], user=database["USER"],
-        dbname=database["NAME"], autocommit=True,
-    ) as other:  # fmt: skip
-        other.execute("SELECT pg_terminate_backend(%s)", [connection.connection.info.backend_pid])
 
 
 def _before_enqueue(hand_over):

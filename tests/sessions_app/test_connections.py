@@ -5,7 +5,6 @@ statements that reach the server together, with Django's errors. And `kept_curso
 statements on one cursor while its connection lasts, unless Django records them."""
 
 import gc
-import time
 import weakref
 
 import psycopg
@@ -20,6 +19,7 @@ from sessions_app.connections import (
     pipelined,
     release_connection,
 )
+from tests.cut_connections import cut_connection
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 
@@ -58,12 +58,7 @@ def test_a_quiet_connection_is_handed_out_without_a_round_trip(pool):
 def test_a_connection_the_server_ended_is_replaced_before_it_is_handed_out(pool):
     with pool.connection() as conn:
         ended = conn.info.backend_pid
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [ended])
-        deadline = time.monotonic() + 10
-        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [ended]).fetchone():
-            assert time.monotonic() < deadline, "the backend did not end"
-            time.sleep(0.01)
+    cut_connection(ended)
 
     with pool.connection() as conn:
         assert conn.info.backend_pid != ended
@@ -149,10 +144,7 @@ def test_a_persistent_connection_the_server_ended_gives_way_to_a_new_one(monkeyp
     monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 60)
     kept = kept_cursor()
     ended = connection.connection.info.backend_pid
-    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(%s)", [ended])
-        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [ended]).fetchone():
-            time.sleep(0.01)
+    cut_connection(ended)
     connection.close_if_unusable_or_obsolete()  # As a request's or task's start does.
 
     cursor = kept_cursor()

@@ -6,13 +6,13 @@ import contextlib
 import threading
 import time
 
-import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
 from streams_app.backends.batching import BatchedWriter, Flusher
 from streams_app.backends.orm import ORMStreamManager
 from streams_app.errors import UnstorableChunks, WriterSuperseded
+from tests.cut_connections import cut_own_connection
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -235,16 +235,7 @@ class CutOnceManager(CountingManager):
         with self.lock:
             cut, self.cut = self.cut, True
         if not cut:  # A failover: the server ends the flusher's connection under it.
-            connection.ensure_connection()
-            database = connection.settings_dict
-            with psycopg.connect(
-                host=database["HOST"], port=database["PORT"], user=database["USER"],
-                dbname=database["NAME"], autocommit=True,
-            ) as other:  # fmt: skip
-                other.execute(  # Waits (up to 5 s) for the backend to end.
-                    "SELECT pg_terminate_backend(%s, 5000)",
-                    [connection.connection.info.backend_pid],
-                )
+            cut_own_connection()
         return super().append_batches(batches)
 
 
