@@ -21,10 +21,12 @@ from django.urls import reverse
 from django.utils.functional import cached_property
 
 import agents_app.mcp.admin  # noqa: F401  (the admin of the MCP servers sessions add)
+from agents_app.admin_inputs import StorableInputsAdmin
 from agents_app.definitions.registry import get_registry
 from agents_app.operations.reaping import reap_expired_sessions
 from agents_app.operations.services import sessions_delete, sessions_interrupt, sessions_mark_failed
 from sessions_app.models import AgentSession, Checkpoint, Message, Run, SubSessionRef
+from sessions_app.storable import unstorable_character
 from sessions_app.stores import get_session_store
 from sessions_app.usage import get_usage_store
 from streams_app.models import Stream, StreamChunk
@@ -107,7 +109,7 @@ class HasParentFilter(admin.SimpleListFilter):
 
 
 @admin.register(AgentSession)
-class AgentSessionAdmin(admin.ModelAdmin):
+class AgentSessionAdmin(StorableInputsAdmin):
     list_display = (
         "id",
         "agent_type",
@@ -175,11 +177,10 @@ class AgentSessionAdmin(admin.ModelAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         """Add the session's records below its fields."""
+        # An id no database stores names no session: `get_object` says so.
+        records = {} if unstorable_character(object_id) else session_records(object_id, request.GET)
         return super().change_view(
-            request,
-            object_id,
-            form_url,
-            {**(extra_context or {}), **session_records(object_id, request.GET)},
+            request, object_id, form_url, {**(extra_context or {}), **records}
         )
 
     @admin.action(

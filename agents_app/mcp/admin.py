@@ -5,12 +5,13 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from agents_app.admin_inputs import StorableInputsAdmin
 from agents_app.mcp.models import SessionMcpServer
 from agents_app.mcp.services import announce_change
 
 
 @admin.register(SessionMcpServer)
-class SessionMcpServerAdmin(admin.ModelAdmin):
+class SessionMcpServerAdmin(StorableInputsAdmin):
     list_display = ("name", "session", "url", "header_names", "created_at")
     list_select_related = ("session",)
     search_fields = ("name", "url", "session__id")

@@ -292,3 +292,38 @@ def test_people_without_the_right_are_refused(client, owner, django_user_model):
     assert b"reap_expired_now" not in client.get(LIST).content
     client.post(LIST, {"action": "delete_sessions", "_selected_action": ["rich"], "apply": "yes"})
     assert get_session_store().load_state("rich") is not None
+
+
+@pytest.mark.parametrize("page", ["change", "history", "delete"])
+def test_an_id_holding_a_nul_is_a_session_not_found(staff, owner, page):
+    """It was a server error on PostgreSQL, which refuses a NUL in a text."""
+    rich_session(owner)
+
+    response = staff.get(f"{LIST}rich%00/{page}/", follow=True)
+
+    assert response.redirect_chain == [("/admin/", 302)]
+    assert "exist. Perhaps it was deleted?" in next(str(m) for m in response.context["messages"])
+    assert get_session_store().load_state("rich") is not None
+
+
+@pytest.mark.parametrize(
+    "query", ["status=running%00", "agent_type=counter%00", "user_id=u%00", "id=rich%00", "q=%00"]
+)
+def test_a_filter_holding_a_nul_is_refused_as_a_filter_it_cannot_apply(staff, owner, query):
+    """Each was a server error on PostgreSQL, or a list filtered by it on SQLite."""
+    rich_session(owner)
+
+    response = staff.get(f"{LIST}?{query}", follow=True)
+
+    assert response.redirect_chain == [(f"{LIST}?e=1", 302)]
+    assert response.status_code == 200
+    assert b"rich" in response.content  # The list, unfiltered.
+
+
+def test_the_mcp_servers_admin_refuses_a_nul_alike(admin_client, owner):
+    rich_session(owner)
+    servers = "/admin/agents_app/sessionmcpserver/"
+
+    for query in ("name=tools%00", "session=rich%00"):
+        response = admin_client.get(f"{servers}?{query}")
+        assert (response.status_code, response.url) == (302, f"{servers}?e=1")
