@@ -22,6 +22,7 @@ from agents_app.definitions.registry import session_agent
 from agents_app.definitions.state import json_copy
 from agents_app.definitions.state_sync import SERVER, Connection, StateSource
 from sessions_app.errors import HelixError, SessionBusy, SessionNotFound, VersionConflict
+from sessions_app.storable import unstorable_character, unstorable_text
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionState
 from streams_app.backends.doorbell import bell
@@ -94,9 +95,11 @@ def set_agent_state(
 ) -> AgentState:
     """Validate, store and broadcast the agent's whole new state; return it with its version.
 
-    Raises `StateRejected` when the agent's validation refuses it, `StateTooLarge` past
-    `HELIX_MAX_AGENT_STATE_BYTES`, `SessionBusy` while a step runs and `VersionConflict` for a
-    stale `expected_version`; nothing is written then.
+    Raises `ValueError` for a state with no JSON form or holding what no database stores (a
+    NUL character, an unpaired surrogate: `sessions_app.storable`), `StateRejected` when the
+    agent's validation refuses it, `StateTooLarge` past `HELIX_MAX_AGENT_STATE_BYTES`,
+    `SessionBusy` while a step runs and `VersionConflict` for a stale `expected_version`;
+    nothing is written then.
     """
     session = _load(session_id)
     agent = session_agent(session)
@@ -170,6 +173,8 @@ def _checked(session_id: str, state: Any) -> dict[str, Any] | None:
     if state is not None and not isinstance(state, dict):
         raise StateRejected(session_id)
     state = json_copy(state, "The state")
+    if kind := unstorable_character(state):  # Else PostgreSQL refuses it, and SQLite stores it.
+        raise ValueError(f"The state holds {unstorable_text(kind)}, which no database stores.")
     size = len(json.dumps(state, separators=(",", ":")).encode())
     limit = conf.max_agent_state_bytes()
     if size > limit:

@@ -137,6 +137,22 @@ def test_a_state_past_the_size_limit_is_refused(settings):
 
 
 @pytest.mark.django_db
+def test_a_state_holding_a_nul_is_refused_alike_on_both_databases():
+    """PostgreSQL refused it with a database error, where SQLite stored it."""
+    session_id = session("stateless")
+    before = stored(session_id)
+
+    for state in ({"note": "a\x00b"}, {"a\x00b": 1}, {"notes": [{"deep": "\x00"}]}):
+        with pytest.raises(ValueError, match="The state holds a NUL character, which no database"):
+            set_agent_state(session_id, state)
+    with pytest.raises(ValueError, match="a NUL character"):
+        merge_agent_state(session_id, {"note": "\x00"})
+
+    assert stored(session_id) == before
+    assert UPDATES == []
+
+
+@pytest.mark.django_db
 def test_a_write_waits_for_the_running_step():
     session_id = session()
     get_session_store().acquire_lease(session_id, "worker-1", 30)
