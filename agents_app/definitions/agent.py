@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agents_app.definitions.hooks import AgentHooks
 from agents_app.definitions.mcp_servers import McpServer
 from agents_app.definitions.memory import AgentMemory
-from agents_app.definitions.state import StateDraft, json_copy
+from agents_app.definitions.state import StateDraft, json_copy, storable_json_copy
 from agents_app.definitions.state_sync import StateSync
 from sessions_app.errors import HelixError
 
@@ -268,7 +268,7 @@ class Agent:
             if not isinstance(self.initial_state, Mapping):
                 raise InvalidDefinition(f"{where}: initial_state must be a dict or a function.")
             try:
-                json_copy(self.initial_state, f"{where}: initial_state")
+                storable_json_copy(self.initial_state, f"{where}: initial_state")
             except ValueError as error:
                 raise InvalidDefinition(str(error)) from None
         self._check_tools(where)
@@ -329,7 +329,7 @@ class Agent:
             raise TypeError(
                 f"Agent {self.name!r}: initial_state returned {type(initial).__name__}, not a dict."
             )
-        return json_copy(dict(initial), f"Agent {self.name!r}: initial_state")
+        return storable_json_copy(dict(initial), f"Agent {self.name!r}: initial_state")
 
     def all_tools(self) -> list[Tool]:
         """Return the agent's tools and, with an output schema, its output tool last."""

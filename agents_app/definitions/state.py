@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from sessions_app.storable import storable
+from sessions_app.storable import storable, unstorable_character, unstorable_text
 from sessions_app.stores.rules import apply_merge_ops
 from sessions_app.stores.types import (
     AppendOp,
@@ -36,6 +36,20 @@ def json_copy(value: Any, what: str) -> Any:
         json.dumps(converted, allow_nan=False)
     except (PydanticSerializationError, ValueError, TypeError) as error:
         raise ValueError(f"{what} must be JSON-serializable: {error}") from None
+    return converted
+
+
+def storable_json_copy(value: Any, what: str) -> Any:
+    """Return `json_copy(value, what)`, refusing as well what no database stores.
+
+    For state a developer's code gives (an agent's initial state, a state set from server code),
+    where a tool's writes are stored with the character replaced (`sessions_app.storable`):
+    raise `ValueError` naming `what` when it holds a NUL character, which PostgreSQL refuses
+    and SQLite stores.
+    """
+    converted = json_copy(value, what)
+    if kind := unstorable_character(converted):
+        raise ValueError(f"{what} holds {unstorable_text(kind)}, which no database stores.")
     return converted
 
 

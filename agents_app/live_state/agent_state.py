@@ -19,10 +19,9 @@ from django.db import transaction
 from agents_app import conf
 from agents_app.definitions.agent import Agent
 from agents_app.definitions.registry import session_agent
-from agents_app.definitions.state import json_copy
+from agents_app.definitions.state import json_copy, storable_json_copy
 from agents_app.definitions.state_sync import SERVER, Connection, StateSource
 from sessions_app.errors import HelixError, SessionBusy, SessionNotFound, VersionConflict
-from sessions_app.storable import unstorable_character, unstorable_text
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionState
 from streams_app.backends.doorbell import bell
@@ -172,9 +171,7 @@ def _load(session_id: str) -> SessionState:
 def _checked(session_id: str, state: Any) -> dict[str, Any] | None:
     if state is not None and not isinstance(state, dict):
         raise StateRejected(session_id)
-    state = json_copy(state, "The state")
-    if kind := unstorable_character(state):  # Else PostgreSQL refuses it, and SQLite stores it.
-        raise ValueError(f"The state holds {unstorable_text(kind)}, which no database stores.")
+    state = storable_json_copy(state, "The state")
     size = len(json.dumps(state, separators=(",", ":")).encode())
     limit = conf.max_agent_state_bytes()
     if size > limit:

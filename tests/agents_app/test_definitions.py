@@ -270,6 +270,7 @@ def test_the_output_tools_name_is_reserved():
         ({"system_prompt": 42}, "system_prompt must be text or a function"),
         ({"initial_state": [1]}, "initial_state must be a dict or a function"),
         ({"initial_state": {"when": object()}}, "initial_state must be JSON-serializable"),
+        ({"initial_state": {"note": "a\x00"}}, "initial_state holds a NUL character, which no"),
         ({"llm": "gpt"}, "llm must be a dict"),
         ({"hooks": {"on_complete": print}}, "hooks must be an AgentHooks"),
     ],
@@ -277,6 +278,14 @@ def test_the_output_tools_name_is_reserved():
 def test_an_agent_refuses_a_broken_definition_naming_the_problem(definition, problem):
     with pytest.raises(InvalidDefinition, match=problem):
         Agent(name="broken", **definition)
+
+
+def test_an_initial_state_function_returning_a_nul_is_refused_naming_the_agent():
+    """A session's first state held it: a database error on PostgreSQL, stored on SQLite."""
+    agent = Agent(name="nul-maker", initial_state=lambda: {"notes": ["\x00"]})
+
+    with pytest.raises(ValueError, match="'nul-maker': initial_state holds a NUL character"):
+        agent.make_initial_state()
 
 
 def test_an_agent_has_the_documented_defaults():
