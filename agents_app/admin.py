@@ -26,7 +26,6 @@ from agents_app.definitions.registry import get_registry
 from agents_app.operations.reaping import reap_expired_sessions
 from agents_app.operations.services import sessions_delete, sessions_interrupt, sessions_mark_failed
 from sessions_app.models import AgentSession, Checkpoint, Message, Run, SubSessionRef
-from sessions_app.storable import unstorable_character
 from sessions_app.stores import get_session_store
 from sessions_app.usage import get_usage_store
 from streams_app.models import Stream, StreamChunk
@@ -169,19 +168,19 @@ class AgentSessionAdmin(StorableInputsAdmin):
         actions.pop("delete_selected", None)
         return actions
 
-    def change_view(
+    def render_change_form(
         self,
         request: HttpRequest,
-        object_id: str,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
         form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+        obj: AgentSession | None = None,
     ) -> HttpResponse:
-        """Add the session's records below its fields."""
-        # An id no database stores names no session: `get_object` says so.
-        records = {} if unstorable_character(object_id) else session_records(object_id, request.GET)
-        return super().change_view(
-            request, object_id, form_url, {**(extra_context or {}), **records}
-        )
+        """Add the records of the session `get_object` found below its fields."""
+        if obj is not None:
+            context.update(session_records(obj, request.GET))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     @admin.action(
         description="Reap the selected sessions that have expired", permissions=["change"]
@@ -269,15 +268,11 @@ class AgentSessionAdmin(StorableInputsAdmin):
         self.message_user(request, message, messages.SUCCESS if acted else messages.WARNING)
 
 
-def session_records(session_id: str, query: Any) -> dict[str, Any]:
+def session_records(session: AgentSession, query: Any) -> dict[str, Any]:
     """Return what the detail page shows below a session's fields."""
-    session = (
-        AgentSession.objects.filter(pk=session_id).values("stream_id", "message_count").first()
-    )
-    if session is None:
-        return {}
+    session_id = session.pk
     return {
-        "message_tree": message_tree(session_id, session["message_count"]),
+        "message_tree": message_tree(session_id, session.message_count),
         "runs": Run.objects.filter(session_id=session_id).order_by("turn"),
         "timelines": step_timelines(session_id),
         "checkpoints": Checkpoint.objects.filter(session_id=session_id)
@@ -288,7 +283,7 @@ def session_records(session_id: str, query: Any) -> dict[str, Any]:
             for ref in SubSessionRef.objects.filter(session_id=session_id).order_by("started_at")
         ],
         "usage": get_usage_store().get_rollup(session_id).to_wire(),
-        "chunks": chunk_page(session["stream_id"], query.get("chunks_after", "0")),
+        "chunks": chunk_page(session.stream_id, query.get("chunks_after", "0")),
     }
 
 
