@@ -12,8 +12,9 @@ the in-flight benchmark's does: a start commits the user's message and enqueues 
 each hop appends one chunk per delta as it arrives, on its own deadline, and holds no
 connection while it waits (a thousand hops in flight share the pool).
 
-`floor_run` runs every hop of a chain in one task, with no broker hop between them, as our
-steps go on within a time slice: the floor of a step that needs no hand-over.
+`floor_run` and `floor_waiting_run` run every hop of a chain in one task, with no broker hop
+between them, as our steps go on within a time slice: the floor of a step that needs no
+hand-over.
 
 The workers import this module (`--include`); `FloorTables` creates and drops the tables.
 """
@@ -129,6 +130,31 @@ def floor_run(session_id: str, steps: int) -> None:
 @shared_task(acks_late=True, reject_on_worker_lost=True)
 def floor_waiting_step(session_id: str, step: int, steps: int, model_seconds: float) -> None:
     """Run hop `step` of `steps`, its model streaming over `model_seconds`; enqueue the next."""
+    _waiting_hop(session_id, step, steps, model_seconds)
+    if step < steps:
+        floor_waiting_step.delay(session_id, step + 1, steps, model_seconds)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True)
+def floor_waiting_run(session_id: str, steps: int, model_seconds: float) -> None:
+    """Run every waiting hop of the session's chain in this one task: no broker hop between them."""
+    for step in range(1, steps + 1):
+        _waiting_hop(session_id, step, steps, model_seconds)
+
+
+def floor_start(session_id: str, steps: int, model_seconds: float, *, hops: bool = True) -> None:
+    """Start a waiting chain as a run starts: commit the user's message, enqueue the first hop
+    (with `hops=False`, a task that runs them all)."""
+    with _connections().connection() as database:
+        database.execute(_START, [session_id, session_id, "Take your time."])
+    if hops:
+        floor_waiting_step.delay(session_id, 1, steps, model_seconds)
+    else:
+        floor_waiting_run.delay(session_id, steps, model_seconds)
+
+
+def _waiting_hop(session_id: str, step: int, steps: int, model_seconds: float) -> None:
+    """Run hop `step` of `steps`: each delta appended as it arrives, no connection held between."""
     with _connections().connection() as database:
         state, history = _claim(database, session_id)
     began = time.monotonic()
@@ -139,15 +165,6 @@ def floor_waiting_step(session_id: str, step: int, steps: int, model_seconds: fl
             _append(database, session_id, step, n)
     with _connections().connection() as database:
         _commit(database, session_id, step, steps, state, history)
-    if step < steps:
-        floor_waiting_step.delay(session_id, step + 1, steps, model_seconds)
-
-
-def floor_start(session_id: str, steps: int, model_seconds: float) -> None:
-    """Start a waiting chain as a run starts: commit the user's message, enqueue the first hop."""
-    with _connections().connection() as database:
-        database.execute(_START, [session_id, session_id, "Take your time."])
-    floor_waiting_step.delay(session_id, 1, steps, model_seconds)
 
 
 def _hop(database: psycopg.Connection, session_id: str, step: int, steps: int) -> None:

@@ -37,10 +37,14 @@ def test_rows_held_to_figures_measured_with_no_client_take_the_run_with_no_clien
         at_once_cpu=_measured(),
         saturations=[200.0, 200.0],
         floor_saturations=[180.0, 180.0],
+        hop_floor_saturations=[90.0, 90.0],
     )
     floor = FloorInFlight(steps_per_second=100.0, starting_seconds=0.5, cpu=_measured())
+    hop_floor = FloorInFlight(steps_per_second=80.0, starting_seconds=0.5, cpu=_measured())
 
-    table = _table([followed], [unfollowed], [floor], baselines, Options(iterations=1, warmup=0))
+    table = _table(
+        [followed], [unfollowed], [floor], [hop_floor], baselines, Options(iterations=1, warmup=0)
+    )
 
     rows = {row.metric: row for row in table.rows}
     assert rows["N=500: steps/s vs saturation, no client"].orm == 120.0
@@ -48,6 +52,10 @@ def test_rows_held_to_figures_measured_with_no_client_take_the_run_with_no_clien
     share = rows["N=500: share of saturation vs the raw floor's, neither followed"]
     assert (share.orm, share.strict_raw) == (120.0 / 200.0, 100.0 / 180.0)
     assert rows["N=500: steps/s vs the raw floor's, neither followed"].orm == 120.0
+    # The target takes the floor run as ours run (no hop); the one with a hop a step is beside.
+    assert share.target is not None
+    hop_share = rows["N=500: share of saturation vs the floor's with a hop a step"]
+    assert (hop_share.strict_raw, hop_share.target) == (80.0 / 90.0, None)
     # The followed run gives the steps/s with clients and what the clients saw.
     assert rows["N=500: steps/s, clients following"].orm == 110.0
     assert rows["N=500: overhead p99 ms"].orm == 20.0
