@@ -16,6 +16,7 @@ from django.core.cache import cache
 from django.db import connections
 from django.test.utils import override_settings
 
+from tests.agents_app.serving import Serve, serving
 from tests.redis_server import RedisServer
 from tests.services import PROBLEMS, REQUIRED_SERVICES, database_vendor
 
@@ -198,6 +199,13 @@ def owner(django_user_model):
 def stranger(django_user_model):
     """A user who owns nothing, to check isolation."""
     return django_user_model.objects.create_user("stranger", password="pw")
+
+
+@pytest.fixture
+def serve(tmp_path) -> Iterator[Serve]:
+    """A `manage.py serve` running on a fresh embedded default, killed afterwards."""
+    with serving(tmp_path) as server:
+        yield server
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

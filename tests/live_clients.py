@@ -3,7 +3,8 @@ another process, and WebSocket and SSE clients that resume from their last seque
 
 The clients reconnect after every drop until they get the stream's `end` or `fail` event; given
 several servers, they move to the next one on each reconnection, as behind a load balancer.
-`Received` holds what one client got across all its connections.
+`Received` holds what one client got across all its connections, and
+`assert_got_the_stored_log` holds it to the stored log.
 """
 
 import asyncio
@@ -21,8 +22,10 @@ from typing import Protocol
 import httpx
 import pytest
 import websockets
+from channels.db import database_sync_to_async
 from httpx_sse import aconnect_sse
 
+from streams_app.backends import get_stream_manager
 from tests.live import ROOT, free_port
 
 CHUNKS = 2000  # What a writer writes unless told otherwise.
@@ -199,3 +202,15 @@ async def sse_client(
             finally:
                 received.port = None
     return received
+
+
+async def assert_got_the_stored_log(
+    session_id: str, *clients: Received, count: int = CHUNKS
+) -> None:
+    """Check that each client got the `count` chunks stored, in order, once, then the end."""
+    stored = await database_sync_to_async(get_stream_manager().get_all_chunks)(session_id)
+    assert [c.sequence for c in stored] == list(range(1, count + 1))
+    for received in clients:
+        assert received.sequences == [c.sequence for c in stored]
+        assert received.chunks == [c.chunk for c in stored]
+        assert received.final == {"type": "end", "finalOutput": {"chunks": count}}

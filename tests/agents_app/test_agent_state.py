@@ -24,10 +24,7 @@ from agents_app.runs import services
 from sessions_app.errors import SessionBusy
 from sessions_app.stores import get_session_store
 from streams_app.backends.doorbell import bell
-from tests.agents_app.test_runtime import (
-    finished,
-    worker,  # noqa: F401 (a fixture)
-)
+from tests.agents_app.runs import finished
 from tests.services import require
 
 UPDATES: list[tuple] = []
@@ -234,7 +231,7 @@ async def test_a_committed_write_rings_the_state_group_naming_its_writer():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_tool_writes_of_a_run_ring_the_state_group(worker, owner):  # noqa: F811
+def test_tool_writes_of_a_run_ring_the_state_group(worker, owner):
     require("redis")  # The worker rings from its own process: the layer must span processes.
 
     async def watch() -> dict:

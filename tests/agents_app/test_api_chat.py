@@ -3,12 +3,10 @@
 import json
 
 import pytest
-from asgiref.sync import async_to_sync
-from django.test import AsyncClient
 from rest_framework.test import APIClient
 
 from sessions_app.stores import get_session_store
-from tests.agents_app.test_runtime import worker  # noqa: F401 (a fixture)
+from tests.agents_app.chat_requests import post_chat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -17,30 +15,11 @@ def user_message(text: str, number: int = 1) -> dict:
     return {"id": f"u-{number}", "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
-def post_chat(user, body: dict, timeout: float = 30) -> tuple[int, dict, list]:
-    """POST /api/chat; return the status, the headers and the SSE data lines (parsed)."""
-
-    async def scenario():
-        client = AsyncClient()
-        await client.aforce_login(user)
-        response = await client.post("/api/chat", body, content_type="application/json")
-        if not response.streaming:
-            return response.status_code, dict(response.headers), response.json()
-        text = ""
-        async for part in response.streaming_content:
-            text += part.decode()
-        events = [line[len("data: ") :] for line in text.split("\n") if line.startswith("data: ")]
-        parsed = [event if event == "[DONE]" else json.loads(event) for event in events]
-        return response.status_code, dict(response.headers), parsed
-
-    return async_to_sync(scenario)()
-
-
 def text_of(parts: list) -> str:
     return "".join(p["delta"] for p in parts if isinstance(p, dict) and p["type"] == "text-delta")
 
 
-def test_a_new_chat_streams_its_run_as_a_ui_message_stream(worker, owner):  # noqa: F811
+def test_a_new_chat_streams_its_run_as_a_ui_message_stream(worker, owner):
     status, headers, parts = post_chat(
         owner, {"id": "c-1", "agentType": "counter", "messages": [user_message("Add 5")]}
     )
@@ -61,7 +40,7 @@ def test_a_new_chat_streams_its_run_as_a_ui_message_stream(worker, owner):  # no
     assert parts[-2:] == [{"type": "finish", "finishReason": "stop"}, "[DONE]"]
 
 
-def test_the_same_chat_id_continues_the_conversation(worker, owner):  # noqa: F811
+def test_the_same_chat_id_continues_the_conversation(worker, owner):
     post_chat(owner, {"id": "c-1", "agentType": "counter", "messages": [user_message("Add 5")]})
 
     _, _, parts = post_chat(
@@ -72,7 +51,7 @@ def test_the_same_chat_id_continues_the_conversation(worker, owner):  # noqa: F8
     assert len(get_session_store().list_runs("c-1")) == 2
 
 
-def test_reattaching_to_an_idle_chat_answers_204(worker, owner):  # noqa: F811
+def test_reattaching_to_an_idle_chat_answers_204(worker, owner):
     post_chat(owner, {"id": "c-1", "agentType": "counter", "messages": [user_message("Add 1")]})
     client = APIClient()
     client.force_authenticate(owner)
@@ -124,7 +103,7 @@ def test_an_interrupt_the_run_does_not_observe_in_time_answers_504(owner, settin
     assert get_session_store().check_interrupt_flag("c-1").reason == "stop"
 
 
-def test_an_interrupt_the_run_observes_answers_202(worker, owner):  # noqa: F811
+def test_an_interrupt_the_run_observes_answers_202(worker, owner):
     client = APIClient()
     client.force_authenticate(owner)
     client.post(

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from rest_framework.authtoken.models import Token
 
-from tests.agents_app.test_serve import Serve, http_status
+from tests.agents_app.serving import Serve, http_status
 from tests.live import free_port, live_env
 
 # As long as the fuzzer may take: on a slow day it went past the suite's 300 s.

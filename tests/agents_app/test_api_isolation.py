@@ -7,7 +7,7 @@ from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from sessions_app.stores import get_session_store
-from tests.streams_app.test_consumer import connect
+from tests.streams_app.sockets import connect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("private_queue")]
 

@@ -7,7 +7,7 @@ from sessions_app.stores import get_session_store
 from sessions_app.stores.types import CheckpointMeta, Message, MessageRole
 from streams_app.backends import get_stream_manager
 from streams_app.chunks import TextDelta
-from tests.agents_app.test_runtime import finished, worker  # noqa: F401 (a fixture)
+from tests.agents_app.runs import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,7 +19,7 @@ def client_of(user) -> APIClient:
 
 
 @pytest.fixture
-def researched(worker, owner):  # noqa: F811
+def researched(worker, owner):
     """A completed researcher run started through the API; its session id."""
     client = client_of(owner)
     response = client.post(

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import SessionStatus
-from tests.agents_app.test_runtime import finished, worker  # noqa: F401 (a fixture)
+from tests.agents_app.runs import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROUTES = ("start", "resume", "retry", "interrupt", "abort")
@@ -208,7 +208,7 @@ def test_every_route_answers_404_for_another_users_session_as_for_a_missing_one(
     assert get_session_store().load_state("s-1") == before
 
 
-def test_a_run_started_through_the_api_completes_on_a_worker(worker, owner):  # noqa: F811
+def test_a_run_started_through_the_api_completes_on_a_worker(worker, owner):
     client = client_of(owner)
     session_id = start(client, message="Add 5").json()["sessionId"]
 

@@ -15,7 +15,7 @@ from kombu.utils.json import dumps
 
 from agents_app import broker
 from tests.agents_app.worker import Worker
-from tests.helix_project.test_settings import ENVIRONMENT_ONLY, run_shell
+from tests.helix_project.environment import ENVIRONMENT_ONLY, run_shell
 from tests.services import require
 
 

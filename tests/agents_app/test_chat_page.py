@@ -9,7 +9,7 @@ from django.template import RequestContext, Template
 from django.test import Client, RequestFactory, override_settings
 
 from sessions_app.stores import get_session_store
-from tests.helix_project.test_settings import ENVIRONMENT_ONLY, run_shell
+from tests.helix_project.environment import ENVIRONMENT_ONLY, run_shell
 
 pytestmark = pytest.mark.django_db
 

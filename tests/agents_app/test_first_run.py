@@ -13,13 +13,8 @@ from django.contrib.auth import authenticate
 from agents_app.definitions.registry import get_registry
 from agents_app.management.commands.serve import Command
 from agents_app.operations.first_run import FirstLogin, first_superuser_create
-from tests.agents_app.test_serve import (  # noqa: F401
-    Serve,
-    embedded_env,
-    free_port,
-    manage,
-    serve,
-)
+from tests.agents_app.serving import Serve, embedded_env, manage
+from tests.live import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -103,7 +98,7 @@ def test_a_later_start_prints_the_addresses_and_no_login(owner):
 
 
 @pytest.mark.one_backend("sqlite", reason="serve runs the embedded default whatever the run's")
-def test_serve_prints_the_login_on_its_first_start_only(serve: Serve, tmp_path: Path):  # noqa: F811
+def test_serve_prints_the_login_on_its_first_start_only(serve: Serve, tmp_path: Path):
     serve.wait_for(lambda: "daphne pid" in serve.output(), 60, "serve started its children")
     first = serve.output()
     username, password = printed_login(first)

@@ -14,12 +14,8 @@ from agents_app.operations.reaping import EXPIRED_FAILURE_REASON, reap_expired_s
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager
-from tests.agents_app.test_api_chat import post_chat
-from tests.agents_app.test_runtime import (
-    chunk_types,
-    finished,
-    worker,  # noqa: F401 (a fixture)
-)
+from tests.agents_app.chat_requests import post_chat
+from tests.agents_app.runs import chunk_types, finished
 from tests.agents_app.worker import Worker
 from tests.waiting import wait_for
 
@@ -55,7 +51,7 @@ def submit(client: APIClient, body: dict, session_id: str = "s-1"):
     return client.post(f"/api/chat/{session_id}/submit-tool-result", body, format="json")
 
 
-def test_a_run_suspends_on_held_calls_and_continues_once_all_are_answered(worker, owner):  # noqa: F811
+def test_a_run_suspends_on_held_calls_and_continues_once_all_are_answered(worker, owner):
     client = client_of(owner)
     started = start(client, "asker")
 
@@ -119,7 +115,7 @@ def test_a_run_suspends_on_held_calls_and_continues_once_all_are_answered(worker
     assert types[-1] == "run_completed"
 
 
-def test_a_rejected_call_becomes_a_result_saying_so(worker, owner):  # noqa: F811
+def test_a_rejected_call_becomes_a_result_saying_so(worker, owner):
     client = client_of(owner)
     start(client, "approver")
     assert suspended().status == SessionStatus.SUSPENDED_CLIENT_TOOL  # Nothing ran yet.
@@ -149,7 +145,7 @@ def test_a_rejected_call_becomes_a_result_saying_so(worker, owner):  # noqa: F81
         ({"approved": True}, "invalid-input"),
     ],
 )
-def test_bad_submissions_are_refused_and_change_nothing(worker, owner, body, problem):  # noqa: F811
+def test_bad_submissions_are_refused_and_change_nothing(worker, owner, body, problem):
     client = client_of(owner)
     start(client, "approver")
     before = suspended()
@@ -172,7 +168,7 @@ def test_a_submission_for_a_session_that_waits_for_nothing_is_an_unknown_call(ow
     assert answer.json()["error"]["code"] == "unknown-tool-call"
 
 
-def test_another_users_submission_answers_404(worker, owner, stranger):  # noqa: F811
+def test_another_users_submission_answers_404(worker, owner, stranger):
     start(client_of(owner), "approver")
     suspended()
 
@@ -182,7 +178,7 @@ def test_another_users_submission_answers_404(worker, owner, stranger):  # noqa:
     assert get_session_store().load_state("s-1").status == SessionStatus.SUSPENDED_CLIENT_TOOL
 
 
-def test_the_chat_stream_re_attaches_to_the_continuation(worker, owner):  # noqa: F811
+def test_the_chat_stream_re_attaches_to_the_continuation(worker, owner):
     client = client_of(owner)
     start(client, "slow-approver")
     suspended()
@@ -233,7 +229,7 @@ def test_a_suspended_run_survives_its_workers_restart(owner, tmp_path):
     assert state.custom_state == {"transfers": [7]}
 
 
-def test_an_expired_suspended_session_is_failed_by_the_cleanup(worker, owner):  # noqa: F811
+def test_an_expired_suspended_session_is_failed_by_the_cleanup(worker, owner):
     client = client_of(owner)
     start(client, "approver")
     suspended()
@@ -254,7 +250,7 @@ def test_an_expired_suspended_session_is_failed_by_the_cleanup(worker, owner):  
     assert late.json()["error"]["code"] == "unknown-tool-call"
 
 
-def test_aborting_a_suspended_session_fails_its_run(worker, owner):  # noqa: F811
+def test_aborting_a_suspended_session_fails_its_run(worker, owner):
     client = client_of(owner)
     start(client, "approver")
     suspended()
@@ -266,7 +262,7 @@ def test_aborting_a_suspended_session_fails_its_run(worker, owner):  # noqa: F81
     assert get_session_store().load_state("s-1").status == SessionStatus.FAILED
 
 
-def test_the_chat_response_closes_at_the_suspension(worker, owner):  # noqa: F811
+def test_the_chat_response_closes_at_the_suspension(worker, owner):
     body = {
         "id": "s-1",
         "agentType": "approver",

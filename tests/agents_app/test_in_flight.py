@@ -8,27 +8,16 @@ import pytest
 
 from agents_app.runs import services
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import RunStatus, SessionStatus
+from sessions_app.stores.types import SessionStatus
 from streams_app.backends import get_stream_manager
 from tests.agents_app.agents import SLOW_REPLY
+from tests.agents_app.runs import wait_until_ended
 from tests.agents_app.worker import Worker
 
 # Both measure how steps overlap in time, which tests running beside them would distort.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.alone]
 
 IN_FLIGHT = 200
-
-
-def wait_until_finished(session_ids: list[str], timeout: float) -> dict[str, float]:
-    """Wait until every session's run ended; return when each was seen ended (monotonic)."""
-    store, deadline, ended = get_session_store(), time.monotonic() + timeout, {}
-    while len(ended) < len(session_ids):
-        assert time.monotonic() < deadline, f"{len(ended)} of {len(session_ids)} runs ended"
-        for session_id in set(session_ids) - set(ended):
-            if store.get_current_run(session_id).status != RunStatus.RUNNING:
-                ended[session_id] = time.monotonic()
-        time.sleep(0.1)
-    return ended
 
 
 def test_two_hundred_steps_wait_on_their_models_at_once_in_one_worker_process(tmp_path, owner):
@@ -38,7 +27,7 @@ def test_two_hundred_steps_wait_on_their_models_at_once_in_one_worker_process(tm
             services.agent_start(user=owner, agent_type="slow-streamer", message="Go.").session_id
             for _ in range(IN_FLIGHT)
         ]
-        wait_until_finished(sessions, timeout=120)
+        wait_until_ended(sessions, timeout=120)
     finally:
         worker.stop()
 
@@ -69,8 +58,8 @@ def test_a_tool_that_blocks_its_thread_holds_up_no_other_step(tmp_path, owner):
             services.agent_start(user=owner, agent_type="counter", message="add 1").session_id
             for _ in range(5)
         ]
-        ended = wait_until_finished(quick, timeout=30)
-        slept = wait_until_finished([sleeper.session_id], timeout=30)
+        ended = wait_until_ended(quick, timeout=30)
+        slept = wait_until_ended([sleeper.session_id], timeout=30)
     finally:
         worker.stop()
 

@@ -7,10 +7,7 @@ from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole
 from streams_app.backends import get_stream_manager
-from tests.agents_app.test_runtime import (
-    finished,
-    worker,  # noqa: F401 (a fixture)
-)
+from tests.agents_app.runs import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,7 +20,7 @@ def talk(owner, agent_type: str, message: str, session_id: str = "s-1") -> str:
 
 
 def test_set_context_writes_the_block_and_the_next_prompt_shows_it_after_refresh(
-    worker,  # noqa: F811
+    worker,
     owner,
 ):
     talk(owner, "memorizer", "Remember: User likes coffee.")
@@ -51,7 +48,7 @@ def test_set_context_writes_the_block_and_the_next_prompt_shows_it_after_refresh
 
 
 def test_a_long_branch_is_compacted_when_a_step_begins_past_the_threshold(
-    worker,  # noqa: F811
+    worker,
     owner,
 ):
     first = talk(owner, "memorizer", "word " * 150)
@@ -77,7 +74,7 @@ def test_a_long_branch_is_compacted_when_a_step_begins_past_the_threshold(
 
 
 def test_a_failed_compaction_is_streamed_as_an_error_and_the_run_goes_on(
-    worker,  # noqa: F811
+    worker,
     owner,
 ):
     talk(owner, "forgetful", "Hello")

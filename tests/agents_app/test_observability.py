@@ -21,7 +21,7 @@ from sessions_app.stores.types import RunStatus
 from tests.agents_app import agents  # noqa: F401 (registers the agents below)
 from tests.agents_app.worker import Worker
 from tests.live import free_port
-from tests.streams_app.test_consumer import connect
+from tests.streams_app.sockets import connect
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

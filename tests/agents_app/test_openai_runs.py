@@ -9,7 +9,7 @@ import pytest
 from agents_app.runs import services
 from sessions_app.stores.types import SessionStatus
 from tests.agents_app.llm.chat_server import ChatServer, Stream, chunk, text_reply
-from tests.agents_app.test_runtime import chunk_types, finished, text_of
+from tests.agents_app.runs import chunk_types, finished, text_of
 from tests.agents_app.worker import Worker
 from tests.waiting import wait_for
 

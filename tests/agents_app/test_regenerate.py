@@ -6,11 +6,8 @@ from agents_app.errors import InvalidResume
 from agents_app.runs import services
 from agents_app.selectors import agent_snapshot
 from sessions_app.stores import get_session_store
-from tests.agents_app.test_api_chat import post_chat
-from tests.agents_app.test_runtime import (
-    finished,
-    worker,  # noqa: F401 (a fixture)
-)
+from tests.agents_app.chat_requests import post_chat
+from tests.agents_app.runs import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,7 +21,7 @@ def contents(messages) -> list[str]:
     return [message.content for message in messages]
 
 
-def test_a_regenerated_reply_branches_from_the_user_message(worker, owner):  # noqa: F811
+def test_a_regenerated_reply_branches_from_the_user_message(worker, owner):
     talk(owner, "Hi")
     talk(owner, "Again")
     store = get_session_store()
@@ -53,7 +50,7 @@ def test_regenerating_needs_a_user_message(owner):
         services.agent_regenerate(user=owner, session_id="s-1")
 
 
-def test_the_chat_regenerates_with_the_ai_sdks_trigger(worker, owner):  # noqa: F811
+def test_the_chat_regenerates_with_the_ai_sdks_trigger(worker, owner):
     talk(owner, "Hi")
 
     status, _, parts = post_chat(

@@ -9,12 +9,7 @@ from sessions_app.stores import get_session_store
 from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager
 from tests.agents_app.agents import LONG_TEXT
-from tests.agents_app.test_runtime import (
-    chunk_types,
-    finished,
-    text_of,
-    worker,  # noqa: F401 (a fixture)
-)
+from tests.agents_app.runs import chunk_types, finished, text_of
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -101,7 +96,7 @@ def _user_and_assistant_contents(session_id: str) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in messages]
 
 
-def test_a_queued_run_begins_on_the_worker_when_the_running_one_completes(worker, owner, policy):  # noqa: F811
+def test_a_queued_run_begins_on_the_worker_when_the_running_one_completes(worker, owner, policy):
     first = start(owner, "One.")
     wait_for(lambda: text_of(first.stream_id), what="the first run to start talking")
     policy("enqueue")
@@ -132,7 +127,7 @@ def test_a_queued_run_begins_on_the_worker_when_the_running_one_completes(worker
     assert get_session_store().list_queued_runs("s-1") == []
 
 
-def test_interrupt_stops_the_running_run_and_begins_the_new_one(worker, owner, policy):  # noqa: F811
+def test_interrupt_stops_the_running_run_and_begins_the_new_one(worker, owner, policy):
     first = start(owner, "One.")
     wait_for(lambda: text_of(first.stream_id), what="the first run to start talking")
     policy("interrupt")

@@ -12,48 +12,10 @@ from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus
 from sessions_app.usage import get_usage_store
 from streams_app.backends import get_stream_manager
 from tests.agents_app.agents import LONG_TEXT
-from tests.agents_app.worker import Worker
+from tests.agents_app.runs import chunk_types, finished, text_of
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED, SessionStatus.INTERRUPTED}
-
-
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker, tmp_path_factory):
-    with django_db_blocker.unblock():
-        running = Worker(
-            tmp_path_factory.mktemp("worker"),
-            INTERRUPT_POLL_SECONDS="0.1",
-            LLM_RETRY_BACKOFF_SECONDS="0.05",
-            STEP_LEASE_SECONDS="10",
-            STEP_ERROR_RETRIES="2",
-            STEP_ERROR_BACKOFF_SECONDS="0.05",
-        ).start()
-    yield running
-    running.stop()
-
-
-def finished(session_id: str):
-    """Wait until the session's run has finished; return its state."""
-    return wait_for(
-        lambda: (
-            (state := get_session_store().load_state(session_id)).status in FINISHED
-            and get_session_store().get_current_run(session_id).status != RunStatus.RUNNING
-            and state
-        ),
-        what=f"session {session_id} to finish",
-    )
-
-
-def chunk_types(stream_id: str) -> list[str]:
-    return [c.chunk["type"] for c in get_stream_manager().get_all_chunks(stream_id)]
-
-
-def text_of(stream_id: str) -> str:
-    chunks = get_stream_manager().get_all_chunks(stream_id)
-    return "".join(c.chunk["delta"] for c in chunks if c.chunk["type"] == "text_delta")
 
 
 def roles(session_id: str) -> list[str]:

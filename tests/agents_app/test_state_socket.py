@@ -28,8 +28,8 @@ from helix_project.asgi import application
 from sessions_app.stores import get_session_store
 from tests.agents_app import state_agents
 from tests.live import live_env
+from tests.live_clients import Daphne
 from tests.services import require
-from tests.streams_app.test_live import Daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,11 +14,7 @@ from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus, SubSessionMode
 from sessions_app.usage import get_usage_store
 from streams_app.backends import get_stream_manager
-from tests.agents_app.test_runtime import (
-    finished,
-    text_of,
-    worker,  # noqa: F401 (a fixture)
-)
+from tests.agents_app.runs import finished, text_of
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,7 +38,7 @@ def assert_nested_once(chunks: list[dict], child_id: str, child_chunks: list[dic
     assert everywhere == inside
 
 
-def test_parallel_children_two_levels_deep_complete_the_parent(worker, owner):  # noqa: F811
+def test_parallel_children_two_levels_deep_complete_the_parent(worker, owner):
     start(owner, "director")
 
     state = finished("p")
@@ -81,7 +77,7 @@ def test_parallel_children_two_levels_deep_complete_the_parent(worker, owner):  
     assert usage.get_rollup("p", run_id=run_id).tokens_including_sub_agents.total == sum(own)
 
 
-def test_a_failing_child_and_a_timed_out_one_fail_their_calls_not_the_parent(worker, owner):  # noqa: F811
+def test_a_failing_child_and_a_timed_out_one_fail_their_calls_not_the_parent(worker, owner):
     start(owner, "delegator")
 
     state = finished("p")
@@ -100,7 +96,7 @@ def test_a_failing_child_and_a_timed_out_one_fail_their_calls_not_the_parent(wor
     assert (stats.total_calls, stats.failed_calls) == (2, 2)
 
 
-def test_interrupting_the_parent_interrupts_its_children(worker, owner):  # noqa: F811
+def test_interrupting_the_parent_interrupts_its_children(worker, owner):
     start(owner, "patient")
     child = child_session_id("p", "call-t")
     wait_for(lambda: get_session_store().session_exists(child) and text_of(child))
@@ -114,7 +110,7 @@ def test_interrupting_the_parent_interrupts_its_children(worker, owner):  # noqa
     assert "interrupted" in result[0].content
 
 
-def test_aborting_the_parent_aborts_its_children(worker, owner):  # noqa: F811
+def test_aborting_the_parent_aborts_its_children(worker, owner):
     start(owner, "patient")
     child = child_session_id("p", "call-t")
     wait_for(lambda: get_session_store().session_exists(child) and text_of(child))
@@ -144,7 +140,7 @@ def tool_results(session_id: str) -> dict[str, dict]:
     }
 
 
-def test_a_persistent_child_consulted_twice_remembers_the_first_exchange(worker, owner):  # noqa: F811
+def test_a_persistent_child_consulted_twice_remembers_the_first_exchange(worker, owner):
     start(owner, "author")
 
     state = finished("p")
@@ -180,7 +176,7 @@ def test_a_persistent_child_consulted_twice_remembers_the_first_exchange(worker,
     assert copied == child_deltas
 
 
-def test_children_left_running_are_waited_for_and_terminated(worker, owner):  # noqa: F811
+def test_children_left_running_are_waited_for_and_terminated(worker, owner):
     start(owner, "manager")
 
     state = finished("p")

@@ -9,7 +9,7 @@ from sessions_app.models import AgentSession
 from sessions_app.stores.types import SessionStatus
 from streams_app.models import Stream
 from tests.agents_app import agents  # noqa: F401 (registers `steady`)
-from tests.agents_app.test_in_flight import wait_until_finished
+from tests.agents_app.runs import wait_until_ended
 from tests.agents_app.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +29,7 @@ def test_a_task_goes_on_past_its_slice_only_while_its_worker_has_threads_to_spar
     epoch = Stream.objects.get(pk=session.stream_id).writer_epoch
     try:
         worker.start()
-        wait_until_finished([started.session_id], timeout=60)
+        wait_until_ended([started.session_id], timeout=60)
     finally:
         worker.stop()
 

@@ -5,68 +5,20 @@ The agents are `tests.browser.chat_agents`, played by the offline scripted model
 saves a screenshot of where it ends under `$HELIX_ARTIFACTS_DIR/screenshots/`.
 """
 
-import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.test import Client
 from playwright.sync_api import Locator, Page, expect, sync_playwright
 
-from tests.agents_app.worker import Worker
 from tests.browser.chat_agents import RESUMED, RETRIED, SPEECH, STORY
-from tests.live import ROOT, live_env
-from tests.services import chromium_executable, require
-from tests.streams_app.test_live import Daphne
+from tests.browser.pages import CHROMIUM_ARGS, REPLY, STATE, STATUS, screenshot, send
+from tests.live_clients import Daphne
+from tests.services import chromium_executable
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-AGENTS = "agents_app.demo,tests.browser.chat_agents"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-# The places in the chat the scenarios look at.
-STATUS = "[data-role=status]"
-REPLY = ".helix-msg--assistant"
-STATE = "[data-role=state]"
-
-
-@pytest.fixture(scope="module")
-def worker(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Worker]:
-    require("chromium")
-    running = Worker(
-        tmp_path_factory.mktemp("worker"), INTERRUPT_POLL_SECONDS="0.1", HELIX_AGENTS=AGENTS
-    )
-    with django_db_blocker.unblock():
-        running.start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def daphne(worker: Worker, tmp_path_factory) -> Iterator[Daphne]:
-    folder = tmp_path_factory.mktemp("daphne")
-    env = live_env(
-        folder,
-        HELIX_AGENTS=AGENTS,
-        # Steps go where the worker takes them: its queue, on the broker this run shares.
-        HELIX_VAR_DIR=str(settings.VAR_DIR),
-        CELERY_TASK_DEFAULT_QUEUE=worker.queue,
-    )
-    server = Daphne(env, folder / "daphne.log")
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
@@ -90,17 +42,6 @@ def page(daphne: Daphne, owner) -> Iterator[Page]:
         expect.set_options(timeout=20_000)
         yield context.new_page()
         browser.close()
-
-
-def screenshot(page: Page, name: str) -> None:
-    folder = Path(os.environ.get("HELIX_ARTIFACTS_DIR") or ROOT / "var" / "test-artifacts")
-    (folder / "screenshots").mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=folder / "screenshots" / f"{name}.png", full_page=True)
-
-
-def send(page: Page, message: str) -> None:
-    page.get_by_label("Message").fill(message)
-    page.get_by_role("button", name="Send").click()
 
 
 def wait_for_partial_reply(page: Page, full: str) -> None:

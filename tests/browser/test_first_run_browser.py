@@ -1,7 +1,7 @@
 """The first run in a real browser: the login `manage.py serve` prints on a database without users
 signs in, the landing page lists the agents, and a user who is not staff signs in on Helix's own
 sign-in page and chats. Chromium, driven by Playwright, against the live Daphne and Celery worker
-of `test_chat_browser` on this run's test database.
+of the browser suites (`tests/browser/conftest.py`) on this run's test database.
 """
 
 import re
@@ -15,15 +15,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from agents_app.management.commands.serve import Command
 from agents_app.operations.first_run import first_superuser_create
 from tests.browser.chat_agents import STORY
-from tests.browser.test_chat_browser import (  # noqa: F401
-    CHROMIUM_ARGS,
-    REPLY,
-    STATUS,
-    daphne,
-    screenshot,
-    send,
-    worker,
-)
+from tests.browser.pages import CHROMIUM_ARGS, REPLY, STATUS, screenshot, send
 from tests.live_clients import Daphne
 from tests.services import chromium_executable
 
@@ -42,7 +34,7 @@ def sign_in(page: Page, username: str, password: str) -> None:
 
 
 def test_the_printed_first_login_signs_in_and_a_user_who_is_not_staff_chats(
-    daphne: Daphne,  # noqa: F811
+    daphne: Daphne,
     django_user_model,
 ):
     site = f"http://127.0.0.1:{daphne.port}"

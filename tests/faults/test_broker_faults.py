@@ -23,7 +23,7 @@ from agents_app.runs import services
 from sessions_app.stores import get_session_store
 from tests.agents_app import agents  # noqa: F401 (registers the `steady` agent)
 from tests.agents_app.worker import Supervisor, sending_to
-from tests.faults.test_worker_faults import transcript, wait_until_finished
+from tests.faults.transcripts import transcript, wait_until_finished
 from tests.services import RABBITMQ_URL, require
 from tests.waiting import wait_for
 

@@ -21,9 +21,15 @@ from django.db import connection
 from sessions_app.stores import get_session_store
 from streams_app.backends import get_stream_manager
 from tests.live import live_env
-from tests.live_clients import Daphne, Received, sse_client, start_writer, websocket_client
+from tests.live_clients import (
+    Daphne,
+    Received,
+    assert_got_the_stored_log,
+    sse_client,
+    start_writer,
+    websocket_client,
+)
 from tests.streams_app.conftest import session_cookie
-from tests.streams_app.test_live import assert_got_the_stored_log
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,7 +14,6 @@ metadata. Every run is compared with a clean run of the same script.
 """
 
 import itertools
-import json
 import random
 import time
 from pathlib import Path
@@ -25,11 +24,11 @@ import pytest
 from agents_app.runs import services
 from agents_app.runtime.tool_calls import CUT_OFF
 from sessions_app.stores import get_session_store
-from sessions_app.stores.types import MessageRole, RunStatus, SessionStatus, StagedChangeStatus
+from sessions_app.stores.types import MessageRole, SessionStatus, StagedChangeStatus
 from sessions_app.usage import get_usage_store
-from streams_app.backends import get_stream_manager
 from tests.agents_app.worker import Supervisor, Worker, sending_to
 from tests.faults import fault_agents
+from tests.faults.transcripts import TOOL_CHUNKS, transcript, wait_until_finished
 from tests.services import RABBITMQ_URL, require
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("backends")]
@@ -38,10 +37,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 KILLS, BYSTANDERS, ZOMBIES, TERMINATIONS, STRANDED = 30, 70, 20, 100, 10
 SUPERVISED_WORKERS = 3
 PHASES = ("before_model", "streaming", "tool", "commit", "after_commit")
-# Chunk fields that differ between two runs of the same script.
-VARYING = {"timestamp", "sessionId", "agentType", "messageId", "toolCallId"}
-TOOL_CHUNKS = {"tool_call_start", "tool_result", "custom"}
-FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED}
 
 
 @pytest.fixture
@@ -102,46 +97,6 @@ def start(owner, fault: str, agent_type: str = fault_agents.AGENT.name) -> str:
     return services.agent_start(
         user=owner, agent_type=agent_type, message="Go.", metadata=metadata
     ).session_id
-
-
-def wait_until_finished(session_ids: list[str], timeout: float) -> None:
-    store, deadline = get_session_store(), time.monotonic() + timeout
-    waiting = list(session_ids)
-    while waiting and time.monotonic() < deadline:
-        time.sleep(0.5)  # Polling a hundred runs harder would slow the workers it waits for.
-        waiting = [s for s in waiting if not _finished(store, s)]
-    assert not waiting, f"{len(waiting)} runs did not finish within {timeout:.0f} s: {waiting[:5]}"
-
-
-def _finished(store, session_id: str) -> bool:
-    state = store.load_state(session_id)
-    return state.status in FINISHED and store.get_current_run(session_id).status in (
-        RunStatus.COMPLETED,
-        RunStatus.FAILED,
-    )
-
-
-def transcript(session_id: str) -> tuple[list, list]:
-    """Return the session's messages and stream log, without what varies between runs."""
-    store = get_session_store()
-    messages = [
-        (m.role, m.content, [(c["name"], c["arguments"]) for c in m.tool_calls], m.name)
-        for m in store.get_messages(session_id, limit=1000).messages
-    ]
-    log = [
-        {key: value for key, value in c.chunk.items() if key not in VARYING}
-        for c in get_stream_manager().get_all_chunks(store.load_state(session_id).stream_id)
-    ]
-    return messages, in_tool_order(log)
-
-
-def in_tool_order(log: list[dict]) -> list[dict]:
-    """Return the log with each stretch of tool chunks sorted: parallel calls interleave."""
-    ordered: list[dict] = []
-    for is_tool, stretch in itertools.groupby(log, key=lambda c: c["type"] in TOOL_CHUNKS):
-        chunks = list(stretch)
-        ordered += sorted(chunks, key=json.dumps) if is_tool else chunks
-    return ordered
 
 
 def effects(fault_dir: Path) -> list[str]:

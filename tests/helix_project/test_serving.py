@@ -3,7 +3,7 @@ Daphne's server (Twisted, autobahn)."""
 
 import json
 
-from tests.helix_project.test_settings import ENVIRONMENT_ONLY, run_shell
+from tests.helix_project.environment import ENVIRONMENT_ONLY, run_shell
 
 PROBE = """
 import json, sys

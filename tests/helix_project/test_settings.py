@@ -1,56 +1,20 @@
 """Settings come from the environment only; production-like variables pass `check --deploy`."""
 
-import os
 import secrets
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from tests.helix_project.environment import ENVIRONMENT_ONLY, run_manage, run_shell
 from tests.live import database_url
 
-ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION_TLS = {
     "SECURE_SSL_REDIRECT": "true",
     "SECURE_HSTS_SECONDS": "31536000",
     "SECURE_HSTS_INCLUDE_SUBDOMAINS": "true",
     "SECURE_HSTS_PRELOAD": "true",
 }
-
-
-# For a test whose manage.py runs only on the variables it gives (`run_manage`): the run's database
-# and services are not its, so either backend's pass tests the same thing, and one does.
-ENVIRONMENT_ONLY = pytest.mark.one_backend(
-    "sqlite", reason="its manage.py runs on the variables it gives, not on the run's database"
-)
-
-
-def run_manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    """Run manage.py with only the given Helix variables set (and a private var dir)."""
-    clean = {k: v for k, v in os.environ.items() if not _is_setting(k)}
-    clean.update(HELIX_VAR_DIR=str(tmp_path), **env)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def run_shell(script: str, *, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
-    """Run a Python script in manage.py shell on a development run with the given variables."""
-    return run_manage("shell", "-v", "0", "-c", script, tmp_path=tmp_path, DEBUG="true", **env)
-
-
-def _is_setting(name: str) -> bool:
-    return name in {"DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL"} or (
-        name.startswith(("SECURE_", "CELERY_", "HELIX_"))
-    )
 
 
 def production_env(**overrides: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from rest_framework.authtoken.models import Token
 
 from sessions_app.stores import get_session_store
 from tests.live import live_env
-from tests.streams_app.test_live import Daphne
+from tests.live_clients import Daphne
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents_app.test_serve import Serve, http_status, manage, serve  # noqa: F401
+from tests.agents_app.serving import Serve, http_status, manage
 
 HERE = Path(__file__).resolve().parent
 CREATE_TOKEN = """
@@ -28,7 +28,7 @@ def node() -> str:
 
 
 @pytest.mark.one_backend("sqlite", reason="serve runs the embedded default whatever the run's")
-def test_a_message_sent_through_the_ai_sdk_streams_back_the_reply(serve: Serve, node: str):  # noqa: F811
+def test_a_message_sent_through_the_ai_sdk_streams_back_the_reply(serve: Serve, node: str):
     serve.wait_for(lambda: http_status(f"{serve.site}/admin/login/") == 200, 60, "Daphne answered")
     serve.wait_for(lambda: " ready." in serve.output(), 60, "the Celery worker was ready")
     created = manage("shell", "-v", "0", "-c", CREATE_TOKEN, env=serve.env)

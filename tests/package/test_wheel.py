@@ -26,7 +26,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 from websockets.sync.client import connect
 
-from tests.browser.test_chat_browser import CHROMIUM_ARGS
+from tests.browser.pages import CHROMIUM_ARGS
 from tests.live import ROOT, free_port
 from tests.services import chromium_executable, require
 

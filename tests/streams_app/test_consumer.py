@@ -10,20 +10,12 @@ from rest_framework.authtoken.models import Token
 from helix_project.asgi import application
 from streams_app.backends import get_stream_manager
 from streams_app.routing import websocket_path
+from tests.streams_app.sockets import connect
+from tests.streams_app.writing import text, write
 
 from .conftest import session_cookie
-from .test_manager_conformance import text
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def connect(session_id: str, user=None, query: str = "") -> WebsocketCommunicator:
-    headers = [(b"origin", b"http://localhost")]
-    if user is not None:
-        cookie = await database_sync_to_async(session_cookie)(user)
-        headers.append((b"cookie", cookie.encode()))
-    path = f"/ws/sessions/{session_id}/stream" + (f"?{query}" if query else "")
-    return WebsocketCommunicator(application, path, headers=headers)
 
 
 async def receive_events(communicator: WebsocketCommunicator, timeout: float = 3) -> list[dict]:
@@ -36,16 +28,6 @@ async def receive_events(communicator: WebsocketCommunicator, timeout: float = 3
             return events
         frame = json.loads(message["text"])
         events.extend(frame["events"] if frame["type"] == "batch" else [frame])
-
-
-def write(session_id: str, *labels: str, end: object = None, fail: str | None = None) -> None:
-    manager = get_stream_manager()
-    writer = manager.create_writer(session_id, "run-1", "researcher")
-    writer.write_many([text(label) for label in labels])
-    if fail is not None:
-        manager.fail_stream(session_id, fail)
-    elif end is not None:
-        manager.end_stream(session_id, end)
 
 
 async def test_owner_receives_the_replay_in_one_frame_then_end_and_close_1000(owner, owned_session):

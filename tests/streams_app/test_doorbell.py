@@ -33,8 +33,7 @@ from streams_app.backends.rules import MAX_NOTICE_BYTES, notice_for
 from streams_app.backends.types import ChunkBatch, ChunkEvent
 from streams_app.chunks import chunk_to_wire
 from streams_app.models import Stream, StreamChunk
-
-from .test_manager_conformance import text
+from tests.streams_app.writing import text
 
 SLOW_POLL = 30.0
 

@@ -10,14 +10,12 @@ reconnections, is exactly the stored log, in order, with no gap and no duplicate
 import asyncio
 
 import pytest
-from channels.db import database_sync_to_async
 
-from streams_app.backends import get_stream_manager
 from tests.live import live_env
 from tests.live_clients import (
-    CHUNKS,
     Daphne,
     Received,
+    assert_got_the_stored_log,
     sse_client,
     start_writer,
     websocket_client,
@@ -44,18 +42,6 @@ def daphne(env, tmp_path):
 @pytest.fixture
 def cookie(owner) -> str:
     return session_cookie(owner)
-
-
-async def assert_got_the_stored_log(
-    session_id: str, *clients: Received, count: int = CHUNKS
-) -> None:
-    """Check that each client got the `count` chunks stored, in order, once, then the end."""
-    stored = await database_sync_to_async(get_stream_manager().get_all_chunks)(session_id)
-    assert [c.sequence for c in stored] == list(range(1, count + 1))
-    for received in clients:
-        assert received.sequences == [c.sequence for c in stored]
-        assert received.chunks == [c.chunk for c in stored]
-        assert received.final == {"type": "end", "finalOutput": {"chunks": count}}
 
 
 async def test_clients_dropping_at_random_and_resuming_miss_nothing(

@@ -24,6 +24,7 @@ from streams_app.backends.types import (
 from streams_app.chunks import TextDelta
 from streams_app.errors import InvalidChunk, StreamClosed, StreamNotFound, WriterSuperseded
 from streams_app.models import Stream
+from tests.streams_app.writing import text, writer_with
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,10 +35,6 @@ UNREACHABLE_LAYER = {
         "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:1", "socket_connect_timeout": 1}]},
     }
 }
-
-
-def text(label: str, *, step: int = 0) -> dict:
-    return {"type": "text_delta", "step": step, "sessionId": "s-1", "delta": label}
 
 
 def deltas(events) -> list:
@@ -73,13 +70,6 @@ async def read(manager: StreamManager, stream_id: str, from_sequence: int = 0, *
 
 def read_all(manager: StreamManager, stream_id: str, from_sequence: int = 0, **kwargs) -> list:
     return async_to_sync(read)(manager, stream_id, from_sequence, **kwargs)
-
-
-def writer_with(manager: StreamManager, *labels: str, stream_id: str = "st"):
-    writer = manager.create_writer(stream_id, "run-1", "researcher")
-    for label in labels:
-        writer.write(text(label))
-    return writer
 
 
 # Writers

@@ -11,8 +11,7 @@ from streams_app.backends.orm import ORMStreamManager
 from streams_app.backends.rules import LIVE_STATUSES
 from streams_app.backends.types import StreamStatus
 from streams_app.models import Stream
-
-from .test_manager_conformance import text
+from tests.streams_app.writing import text
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 

@@ -11,8 +11,7 @@ from asgiref.sync import async_to_sync
 
 from streams_app.backends.memory import InMemoryStreamManager
 from streams_app.backends.reader import MAX_POLL_BACKOFF, POLL_JITTER
-
-from .test_manager_conformance import text
+from tests.streams_app.writing import text
 
 
 class CountingManager(InMemoryStreamManager):

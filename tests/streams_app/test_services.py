@@ -12,8 +12,7 @@ from streams_app.backends.orm import ORMStreamManager
 from streams_app.models import Stream
 from streams_app.services import purge_expired_streams, session_and_stream_delete
 from tests.step_commits import race_a_step_commit
-
-from .test_manager_conformance import writer_with
+from tests.streams_app.writing import writer_with
 
 
 @pytest.mark.django_db

@@ -10,8 +10,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from streams_app.backends import get_stream_manager
-
-from .test_consumer import write
+from tests.streams_app.writing import write
 
 
 def sse_events(body: str) -> list[dict]:
