@@ -8,6 +8,7 @@ several servers, they move to the next one on each reconnection, as behind a loa
 """
 
 import asyncio
+import contextlib
 import json
 import random
 import signal
@@ -15,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -23,10 +24,11 @@ import httpx
 import pytest
 import websockets
 from channels.db import database_sync_to_async
+from django.conf import settings
 from httpx_sse import aconnect_sse
 
 from streams_app.backends import get_stream_manager
-from tests.live import ROOT, free_port
+from tests.live import ROOT, free_port, live_env
 
 CHUNKS = 2000  # What a writer writes unless told otherwise.
 
@@ -202,6 +204,24 @@ async def sse_client(
             finally:
                 received.port = None
     return received
+
+
+@contextlib.contextmanager
+def live_daphne(folder: Path, agents: str, queue: str) -> Iterator[Daphne]:
+    """Run Daphne with `agents` on this run's test database until the block exits, its runs'
+    steps going to `queue` (a worker's, on the broker this run shares)."""
+    env = live_env(
+        folder,
+        HELIX_AGENTS=agents,
+        HELIX_VAR_DIR=str(settings.VAR_DIR),
+        CELERY_TASK_DEFAULT_QUEUE=queue,
+    )
+    server = Daphne(env, folder / "daphne.log")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 async def assert_got_the_stored_log(

@@ -5,7 +5,7 @@ import uuid
 import pytest
 
 from helix_project.celery import app
-from tests.agents_app.worker import Worker
+from tests.agents_app.worker import module_worker
 
 
 @pytest.fixture
@@ -22,14 +22,13 @@ def private_queue():
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker, tmp_path_factory):
     """A real Celery worker for the module's runs, quick to poll, retry and give up."""
-    with django_db_blocker.unblock():
-        running = Worker(
-            tmp_path_factory.mktemp("worker"),
-            INTERRUPT_POLL_SECONDS="0.1",
-            LLM_RETRY_BACKOFF_SECONDS="0.05",
-            STEP_LEASE_SECONDS="10",
-            STEP_ERROR_RETRIES="2",
-            STEP_ERROR_BACKOFF_SECONDS="0.05",
-        ).start()
-    yield running
-    running.stop()
+    with module_worker(
+        django_db_blocker,
+        tmp_path_factory,
+        INTERRUPT_POLL_SECONDS="0.1",
+        LLM_RETRY_BACKOFF_SECONDS="0.05",
+        STEP_LEASE_SECONDS="10",
+        STEP_ERROR_RETRIES="2",
+        STEP_ERROR_BACKOFF_SECONDS="0.05",
+    ) as running:
+        yield running

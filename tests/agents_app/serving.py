@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helix_project.environment import manage
 from tests.live import ROOT, free_port
 
 
@@ -31,19 +32,6 @@ def embedded_env(var_dir: Path) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         "HELIX_CLEANUP_INTERVAL_SECONDS": "1",
     }
-
-
-def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run a manage.py command to completion and return its result."""
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def http_status(url: str) -> int | None:

@@ -13,7 +13,8 @@ from django.contrib.auth import authenticate
 from agents_app.definitions.registry import get_registry
 from agents_app.management.commands.serve import Command
 from agents_app.operations.first_run import FirstLogin, first_superuser_create
-from tests.agents_app.serving import Serve, embedded_env, manage
+from tests.agents_app.serving import Serve, embedded_env
+from tests.helix_project.environment import manage
 from tests.live import free_port
 
 pytestmark = pytest.mark.django_db

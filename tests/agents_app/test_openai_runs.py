@@ -10,7 +10,7 @@ from agents_app.runs import services
 from sessions_app.stores.types import SessionStatus
 from tests.agents_app.llm.chat_server import ChatServer, Stream, chunk, text_reply
 from tests.agents_app.runs import chunk_types, finished, text_of
-from tests.agents_app.worker import Worker
+from tests.agents_app.worker import module_worker
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,16 +26,15 @@ def chat_server():
 
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker, tmp_path_factory, chat_server):
-    with django_db_blocker.unblock():
-        running = Worker(
-            tmp_path_factory.mktemp("worker"),
-            LLM_BACKEND="agents_app.llm.openai_compat.OpenAICompatAdapter",
-            LLM_BASE_URL=chat_server.url,
-            LLM_MODEL="served-model",
-            INTERRUPT_POLL_SECONDS="0.1",
-        ).start()
-    yield running
-    running.stop()
+    with module_worker(
+        django_db_blocker,
+        tmp_path_factory,
+        LLM_BACKEND="agents_app.llm.openai_compat.OpenAICompatAdapter",
+        LLM_BASE_URL=chat_server.url,
+        LLM_MODEL="served-model",
+        INTERRUPT_POLL_SECONDS="0.1",
+    ) as running:
+        yield running
 
 
 def test_a_run_streams_the_servers_reply_and_completes_with_it(worker, chat_server, owner):

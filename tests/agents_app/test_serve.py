@@ -6,7 +6,8 @@ import signal
 
 import pytest
 
-from tests.agents_app.serving import Serve, group_alive, http_status, manage
+from tests.agents_app.serving import Serve, group_alive, http_status
+from tests.helix_project.environment import manage
 
 # Celery 5.7 has no `celery.ping` task; `celery.accumulate` is a built-in that returns its args.
 SEND_PING = (

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,18 @@ class Worker:
     def _signal(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signum)
+
+
+@contextlib.contextmanager
+def module_worker(django_db_blocker, tmp_path_factory, **env: str) -> Iterator[Worker]:
+    """Start a worker for a module's tests (the database unblocked while it starts), with `env`
+    over the defaults; stop it when the block exits."""
+    with django_db_blocker.unblock():
+        running = Worker(tmp_path_factory.mktemp("worker"), **env).start()
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 class Supervisor:

@@ -1,4 +1,5 @@
-"""manage.py run on the Helix variables a test gives, not on the run's own."""
+"""manage.py as a subprocess: in a given environment, or on only the Helix variables a test
+gives, not on the run's own."""
 
 import os
 import subprocess
@@ -7,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
+from tests.live import ROOT
 
 # For a test whose manage.py runs only on the variables it gives (`run_manage`): the run's database
 # and services are not its, so either backend's pass tests the same thing, and one does.
@@ -17,18 +17,24 @@ ENVIRONMENT_ONLY = pytest.mark.one_backend(
 )
 
 
+def manage(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a manage.py command in `env` to completion and return its result."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def run_manage(*args: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """Run manage.py with only the given Helix variables set (and a private var dir)."""
     clean = {k: v for k, v in os.environ.items() if not _is_setting(k)}
     clean.update(HELIX_VAR_DIR=str(tmp_path), **env)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=clean,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return manage(*args, env=clean, timeout=60)
 
 
 def run_shell(script: str, *, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:

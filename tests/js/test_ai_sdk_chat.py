@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agents_app.serving import Serve, http_status, manage
+from tests.agents_app.serving import Serve, http_status
+from tests.helix_project.environment import manage
 
 HERE = Path(__file__).resolve().parent
 CREATE_TOKEN = """

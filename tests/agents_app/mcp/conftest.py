@@ -17,16 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from agents_app.mcp.client import get_pool
 from sessions_app.stores import get_session_store
 from sessions_app.stores.types import RunStatus, SessionStatus
 from streams_app.backends import get_stream_manager
 from tests.agents_app.mcp import mcp_agents
-from tests.agents_app.worker import Worker
-from tests.live import free_port, live_env
-from tests.live_clients import Daphne
+from tests.agents_app.worker import Worker, module_worker
+from tests.live import free_port
+from tests.live_clients import Daphne, live_daphne
 from tests.waiting import wait_for
 
 AGENTS = "agents_app.demo,tests.agents_app.agents,tests.agents_app.mcp.mcp_agents"
@@ -99,33 +98,21 @@ def fixture_server(tmp_path_factory) -> Iterator[FixtureServer]:
 def worker(
     fixture_server, django_db_setup, django_db_blocker, tmp_path_factory
 ) -> Iterator[Worker]:
-    running = Worker(
-        tmp_path_factory.mktemp("worker"),
+    with module_worker(
+        django_db_blocker,
+        tmp_path_factory,
         HELIX_AGENTS=AGENTS,
         INTERRUPT_POLL_SECONDS="0.1",
         STEP_LEASE_SECONDS="3",
         STEP_ERROR_BACKOFF_SECONDS="0.05",
-    )
-    with django_db_blocker.unblock():
-        running.start()
-    yield running
-    running.stop()
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
 def daphne(worker: Worker, tmp_path_factory) -> Iterator[Daphne]:
-    folder = tmp_path_factory.mktemp("daphne")
-    env = live_env(
-        folder,
-        HELIX_AGENTS=AGENTS,
-        # Steps go where the worker takes them: its queue, on the broker this run shares.
-        HELIX_VAR_DIR=str(settings.VAR_DIR),
-        CELERY_TASK_DEFAULT_QUEUE=worker.queue,
-    )
-    server = Daphne(env, folder / "daphne.log")
-    server.start()
-    yield server
-    server.stop()
+    with live_daphne(tmp_path_factory.mktemp("daphne"), AGENTS, worker.queue) as server:
+        yield server
 
 
 def settled(session_id: str, statuses=FINISHED, timeout: float = 60.0):
