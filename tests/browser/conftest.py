@@ -14,6 +14,7 @@ AGENTS = "agents_app.demo,tests.browser.chat_agents"
 
 @pytest.fixture(scope="module")
 def worker(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Worker]:
+    """A worker running the chat agents for a module's scenarios, which need Chromium."""
     require("chromium")
     with module_worker(
         django_db_blocker, tmp_path_factory, INTERRUPT_POLL_SECONDS="0.1", HELIX_AGENTS=AGENTS
@@ -23,5 +24,6 @@ def worker(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Wor
 
 @pytest.fixture(scope="module")
 def daphne(worker: Worker, tmp_path_factory) -> Iterator[Daphne]:
+    """Daphne serving the chat page, its runs' steps going to `worker`."""
     with live_daphne(tmp_path_factory.mktemp("daphne"), AGENTS, worker.queue) as server:
         yield server

@@ -16,6 +16,7 @@ FINISHED = {SessionStatus.COMPLETED, SessionStatus.FAILED}
 
 
 def wait_until_finished(session_ids: list[str], timeout: float) -> None:
+    """Return once every session's run has completed or failed; fail after `timeout` seconds."""
     store, deadline = get_session_store(), time.monotonic() + timeout
     waiting = list(session_ids)
     while waiting and time.monotonic() < deadline:

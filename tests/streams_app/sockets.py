@@ -8,6 +8,7 @@ from tests.streams_app.conftest import session_cookie
 
 
 async def connect(session_id: str, user=None, query: str = "") -> WebsocketCommunicator:
+    """Return a client of the session's stream socket, signed in as `user` if given."""
     headers = [(b"origin", b"http://localhost")]
     if user is not None:
         cookie = await database_sync_to_async(session_cookie)(user)

@@ -6,10 +6,12 @@ from streams_app.backends.base import StreamManager
 
 
 def text(label: str, *, step: int = 0) -> dict:
+    """Return a text delta chunk saying `label`."""
     return {"type": "text_delta", "step": step, "sessionId": "s-1", "delta": label}
 
 
 def writer_with(manager: StreamManager, *labels: str, stream_id: str = "st"):
+    """Return a writer of a new stream that wrote a text delta for each label."""
     writer = manager.create_writer(stream_id, "run-1", "researcher")
     for label in labels:
         writer.write(text(label))
@@ -17,6 +19,7 @@ def writer_with(manager: StreamManager, *labels: str, stream_id: str = "st"):
 
 
 def write(session_id: str, *labels: str, end: object = None, fail: str | None = None) -> None:
+    """Write the session's stream a text delta for each label, then fail or end it if asked."""
     manager = get_stream_manager()
     writer = manager.create_writer(session_id, "run-1", "researcher")
     writer.write_many([text(label) for label in labels])
