@@ -142,7 +142,7 @@ def floor_waiting_run(session_id: str, steps: int, model_seconds: float) -> None
         _waiting_hop(session_id, step, steps, model_seconds)
 
 
-def floor_start(session_id: str, steps: int, model_seconds: float, *, hops: bool = True) -> None:
+def floor_start(session_id: str, steps: int, model_seconds: float, *, hops: bool) -> None:
     """Start a waiting chain as a run starts: commit the user's message, enqueue the first hop
     (with `hops=False`, a task that runs them all)."""
     with _connections().connection() as database:

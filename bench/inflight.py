@@ -149,25 +149,17 @@ def run(options: Options) -> Iterator[Table]:
     # The floor on workers of its own, set up alike: with ours' pools open beside its own, the
     # connections would outgrow PostgreSQL's default `max_connections`. First with no hop, as
     # ours run, then with a hop a step.
-    floors: dict[bool, tuple[list[FloorInFlight], list[float]]] = {}
     with (
         connect(connection.settings_dict, like_django=False) as raw,
         FloorTables(raw) as floor,
         workers(**pools) as running,
     ):
-        for hops in (False, True):
-            floor_steps_per_second(floor, warming, hops=hops)  # This process's pool warms up too.
-            _floor_in_flight(floor, running, START_THREADS, model_seconds=0, hops=hops)
-            floors[hops] = _between_saturations(
-                floor_steps_per_second(floor, SATURATION_SESSIONS, hops=hops),
-                sizes,
-                lambda size, hops=hops: _floor_in_flight(floor, running, size, hops=hops),
-                lambda hops=hops: floor_steps_per_second(floor, SATURATION_SESSIONS, hops=hops),
-            )
+        floors, floor_saturations = _floor_sizes(floor, running, sizes, warming, hops=False)
+        hop_floors, hop_saturations = _floor_sizes(floor, running, sizes, warming, hops=True)
     baselines = _Baselines(
-        saturation_cpu, at_once, at_once_cpu, saturations, floors[False][1], floors[True][1]
+        saturation_cpu, at_once, at_once_cpu, saturations, floor_saturations, hop_saturations
     )
-    yield _table(results, unfollowed, floors[False][0], floors[True][0], baselines, options)
+    yield _table(results, unfollowed, floors, hop_floors, baselines, options)
     yield _fairness_table(owner, options)
 
 
@@ -188,6 +180,21 @@ def _between_saturations[Measured](
         measured.append(measure(size))
         figures.append(saturate())
     return measured, figures
+
+
+def _floor_sizes(
+    floor: FloorTables, running: Workers, sizes: Sequence[int], warming: int, *, hops: bool
+) -> tuple[list["FloorInFlight"], list[float]]:
+    """Warm the floor up, then measure its waiting chains at each size between its saturations
+    (`_between_saturations`); with `hops=False` a chain's hops run in one task, as ours run."""
+    floor_steps_per_second(floor, warming, hops=hops)  # This process's pool warms up too.
+    _floor_in_flight(floor, running, START_THREADS, model_seconds=0, hops=hops)
+    return _between_saturations(
+        floor_steps_per_second(floor, SATURATION_SESSIONS, hops=hops),
+        sizes,
+        lambda size: _floor_in_flight(floor, running, size, hops=hops),
+        lambda: floor_steps_per_second(floor, SATURATION_SESSIONS, hops=hops),
+    )
 
 
 def _around(figures: list[float]) -> list[float]:

@@ -8,7 +8,6 @@ several servers, they move to the next one on each reconnection, as behind a loa
 """
 
 import asyncio
-import contextlib
 import json
 import random
 import signal
@@ -16,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -34,7 +33,8 @@ CHUNKS = 2000  # What a writer writes unless told otherwise.
 
 
 class Daphne:
-    """A Daphne subprocess on a fixed port that can be stopped and started again."""
+    """A Daphne subprocess on a fixed port that can be stopped and started again; as a context
+    manager, started on entry and stopped on exit."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
         self.env = env
@@ -58,6 +58,13 @@ class Daphne:
                     return
             time.sleep(0.05)
         pytest.fail(f"Daphne did not listen within 30 s:\n{self.log.read_text()}")
+
+    def __enter__(self) -> "Daphne":
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def kill(self) -> None:
         """SIGKILL Daphne and wait for it to die."""
@@ -206,22 +213,16 @@ async def sse_client(
     return received
 
 
-@contextlib.contextmanager
-def live_daphne(folder: Path, agents: str, queue: str) -> Iterator[Daphne]:
-    """Run Daphne with `agents` on this run's test database until the block exits, its runs'
-    steps going to `queue` (a worker's, on the broker this run shares)."""
+def live_daphne(folder: Path, agents: str, queue: str) -> Daphne:
+    """Return a Daphne with `agents` on this run's test database, its runs' steps going to
+    `queue` (a worker's, on the broker this run shares), not started yet."""
     env = live_env(
         folder,
         HELIX_AGENTS=agents,
         HELIX_VAR_DIR=str(settings.VAR_DIR),
         CELERY_TASK_DEFAULT_QUEUE=queue,
     )
-    server = Daphne(env, folder / "daphne.log")
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    return Daphne(env, folder / "daphne.log")
 
 
 async def assert_got_the_stored_log(

@@ -38,10 +38,8 @@ def node() -> str:
 @pytest.fixture
 def daphne(tmp_path: Path) -> Iterator[Daphne]:
     env = live_env(tmp_path, HELIX_AGENTS="agents_app.demo,tests.agents_app.state_agents")
-    server = Daphne(env, tmp_path / "daphne.log")
-    server.start()
-    yield server
-    server.stop()
+    with Daphne(env, tmp_path / "daphne.log") as server:
+        yield server
 
 
 @pytest.fixture

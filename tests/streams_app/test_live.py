@@ -33,10 +33,8 @@ def env(tmp_path) -> dict[str, str]:
 
 @pytest.fixture
 def daphne(env, tmp_path):
-    server = Daphne(env, tmp_path / "daphne.log")
-    server.start()
-    yield server
-    server.stop()
+    with Daphne(env, tmp_path / "daphne.log") as server:
+        yield server
 
 
 @pytest.fixture

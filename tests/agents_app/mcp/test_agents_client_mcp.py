@@ -25,10 +25,8 @@ SERVER_KEYS = {"name", "server_url", "auth_url", "state", "error", "instructions
 @pytest.fixture(scope="module")
 def daphne(fixture_server, django_db_setup, tmp_path_factory) -> Iterator[Daphne]:
     folder = tmp_path_factory.mktemp("daphne")
-    server = Daphne(live_env(folder, HELIX_AGENTS=AGENTS), folder / "daphne.log")
-    server.start()
-    yield server
-    server.stop()
+    with Daphne(live_env(folder, HELIX_AGENTS=AGENTS), folder / "daphne.log") as server:
+        yield server
 
 
 @pytest.fixture
