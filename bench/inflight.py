@@ -449,12 +449,13 @@ class _Sampler:
 
 class _CpuMeter:
     """The CPU time a block took, per step it ran: the workers', Daphne's (if any), this
-    process's, all.
+    process's, PostgreSQL's and Redis's (their processes on this machine), all.
 
     Steps per second move with whatever else the machine runs (its virtual CPUs are shared);
     the CPU a step costs moves less, so it is what tells two designs apart. The whole machine's
-    time leaves out what the hypervisor took (steal); what is neither the workers', Daphne's nor
-    this process's is mostly PostgreSQL's and Redis's.
+    time leaves out what the hypervisor took (steal). PostgreSQL's is that of its processes
+    (the server and a backend per connection) that live through the block or start in it: the
+    pools keep theirs open, and a backend that ends within the block leaves its time out.
     """
 
     def __init__(self, running: Workers, server: Server | None, steps: int) -> None:
@@ -468,23 +469,47 @@ class _CpuMeter:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._spent = {name: t - self._began[name] for name, t in self._now().items()}
+        ended = self._now()
+        self._spent = {name: _spent(self._began[name], ended[name]) for name in ended}
 
     def __str__(self) -> str:
         parts = ", ".join(f"{name} {s * 1000 / self.steps:.1f}" for name, s in self._spent.items())
         return f"CPU ms per step: {parts}"
 
-    def _now(self) -> dict[str, float]:
+    def _now(self) -> dict[str, dict[int, float]]:
+        """Return, per name, the CPU seconds each of its processes has taken (pid 0: one
+        figure for all)."""
         tick = os.sysconf("SC_CLK_TCK")
-        times = {name: sum(map(_cpu_ticks, pids)) / tick for name, pids in self.pids.items()}
+        times = {
+            name: {pid: _cpu_ticks(pid) / tick for pid in pids} for name, pids in self.pids.items()
+        }
         own = os.times()
-        times["benchmark"] = own.user + own.system
+        times["benchmark"] = {0: own.user + own.system}
+        for name, command in (("PostgreSQL", "postgres"), ("Redis", "redis-server")):
+            times[name] = {pid: ticks / tick for pid, ticks in _ticks_of_running(command).items()}
         with open("/proc/stat") as stat:
             user, nice, system, _idle, _iowait, irq, softirq = map(
                 int, stat.readline().split()[1:8]
             )
-        times["machine"] = (user + nice + system + irq + softirq) / tick
+        times["machine"] = {0: (user + nice + system + irq + softirq) / tick}
         return times
+
+
+def _spent(began: dict[int, float], ended: dict[int, float]) -> float:
+    """Return the CPU seconds taken between two readings by the processes alive at the end."""
+    return sum(seconds - began.get(pid, 0.0) for pid, seconds in ended.items())
+
+
+def _ticks_of_running(command: str) -> dict[int, int]:
+    """Return the CPU time (`_cpu_ticks`) of each of this machine's processes running `command`;
+    one that ends while it is read is left out."""
+    ticks = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry.name}/comm") as comm:
+                if comm.read().strip() == command:
+                    ticks[int(entry.name)] = _cpu_ticks(int(entry.name))
+    return ticks
 
 
 def _cpu_ticks(pid: int) -> int:

@@ -1,5 +1,8 @@
 """The in-flight table holds each size's rows to the run that matches their baseline."""
 
+import pytest
+from django.db import connection
+
 from bench.harness import Options
 from bench.inflight import FloorInFlight, InFlight, _Baselines, _CpuMeter, _table
 from bench.steps import Workers
@@ -59,3 +62,17 @@ def test_rows_held_to_figures_measured_with_no_client_take_the_run_with_no_clien
     # The followed run gives the steps/s with clients and what the clients saw.
     assert rows["N=500: steps/s, clients following"].orm == 110.0
     assert rows["N=500: overhead p99 ms"].orm == 20.0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_cpu_meter_charges_a_query_to_postgresql_not_to_the_benchmark():
+    meter = _CpuMeter(Workers(processes=[], logs=[]), None, steps=1)
+    with meter, connection.cursor() as cursor:
+        # About a second of the backend's CPU, and next to none of this process's.
+        cursor.execute("SELECT count(*) FROM generate_series(1, 20000000)")
+
+    spent = dict(part.rsplit(" ", 1) for part in str(meter).split(": ", 1)[1].split(", "))
+    assert float(spent["PostgreSQL"]) >= 200  # ms of the one "step"
+    assert float(spent["benchmark"]) < float(spent["PostgreSQL"]) / 4
+    assert float(spent["machine"]) >= float(spent["PostgreSQL"]) * 0.9
