@@ -65,6 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench import (
         admin,
         inflight,
+        instructions,
         memory,
         model_stream,
         peers,
@@ -100,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "state": state,
                 "steps": steps,
                 "inflight": inflight,
+                "instructions": instructions,
                 "model-stream": model_stream,
                 "scaleout": scaleout,
                 "memory": memory,
@@ -160,6 +162,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "state",
             "steps",
             "inflight",
+            "instructions",
             "model-stream",
             "scaleout",
             "memory",
