@@ -15,7 +15,7 @@ import select
 from collections.abc import Iterator
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.utils import CursorWrapper
 from psycopg import pq
 from psycopg_pool import ConnectionPool
@@ -31,11 +31,12 @@ def release_connection() -> None:
     a new one per use would cost more than it saves. Either way the thread's kept cursor goes,
     and with it its last statement's result, which the thread would hold while it waits.
     """
-    if connection.in_atomic_block:
+    database = connections[DEFAULT_DB_ALIAS]
+    if database.in_atomic_block:
         return
-    setattr(connections[DEFAULT_DB_ALIAS], _KEPT_CURSOR, None)
-    if getattr(connection, "pool", None) is not None:
-        connection.close()
+    setattr(database, _KEPT_CURSOR, None)
+    if getattr(database, "pool", None) is not None:
+        database.close()
 
 
 def kept_cursor() -> CursorWrapper:
@@ -90,12 +91,13 @@ def pipelined() -> Iterator[None]:
     it adds nothing: the outer one sends its statements with the rest. Other databases run the
     statements one by one.
     """
-    if connection.vendor != "postgresql":
+    database = connections[DEFAULT_DB_ALIAS]
+    if database.vendor != "postgresql":
         yield
         return
-    connection.ensure_connection()
-    if connection.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+    database.ensure_connection()
+    if database.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF:
         yield
         return
-    with connection.wrap_database_errors, connection.connection.pipeline():
+    with database.wrap_database_errors, database.connection.pipeline():
         yield
