@@ -2,8 +2,9 @@
 
 The host's speed drifts by a fifth within minutes, which hides a change worth a few percent of
 a step's CPU in any timing. Instructions do not drift: callgrind counts every instruction a
-process runs, its threads' too (the chunk flusher, the doorbell's sender), the same for the
-same work to a few parts in a hundred thousand, whatever else the machine does. Each side
+process runs, its threads' too (the chunk flusher, the doorbell's sender), whatever else the
+machine does (one process counted twice: two parts in a hundred thousand apart; this
+benchmark's figures, from one run to the next, a percent or two). Each side
 (`bench.counted`) runs in a process of its own under callgrind, once with a few sessions' runs
 and once with more: it starts them all, marks the count, then takes them all. The differences
 between the two processes, over the extra runs, are what a start and a run's steps cost,
