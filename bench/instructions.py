@@ -23,13 +23,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
-from celery import current_app
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 
@@ -39,6 +36,7 @@ from bench.floor import FloorTables
 from bench.harness import Options, Row, Table
 from bench.raw import connect
 from bench.scaleout import signed_in_owner
+from bench.steps import own_queue
 from bench.streams import daphne_env
 
 LEGEND = (
@@ -64,7 +62,7 @@ def run(options: Options) -> Iterator[Table]:
     with (
         connect(connection.settings_dict, like_django=False) as raw,
         FloorTables(raw) as floor,
-        _unread_queue() as queue,
+        own_queue("bench-counted") as queue,  # The starts' step tasks; no worker reads it.
     ):
         ours = _per_run(valgrind, "ours", owner, extra, queue, lambda n: _sessions(owner, n))
         theirs = _per_run(valgrind, "floor", owner, extra, queue, floor.new_sessions)
@@ -163,15 +161,3 @@ def _sessions(owner: AbstractBaseUser, count: int) -> list[str]:
         agent_session_create(user=owner, agent_type=agents.INSTANT_WAITER_AGENT_TYPE).session_id
         for _ in range(count)
     ]
-
-
-@contextmanager
-def _unread_queue() -> Iterator[str]:
-    """Yield the name of a queue for the starts' step tasks, which no worker reads; delete it
-    after."""
-    queue = f"bench-counted-{uuid.uuid4().hex[:12]}"
-    try:
-        yield queue
-    finally:
-        with current_app.connection_for_write() as broker:
-            broker.default_channel.queue_delete(queue)

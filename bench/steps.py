@@ -279,30 +279,49 @@ class Workers:
 
 
 @contextlib.contextmanager
+def own_queue(prefix: str) -> Iterator[str]:
+    """Yield the name of a broker queue of the block's own; delete the queue after, with what
+    is left in it (RabbitMQ would keep it for ever, Redis its messages)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+    try:
+        yield name
+    finally:
+        with app.connection_for_write() as broker:
+            # Declared first, as Celery declares a queue it sends to: Redis' transport deletes
+            # only the queues its connection has declared, and the block's may be another
+            # process's.
+            queue = app.amqp.queues.new_missing(name)(broker.default_channel)
+            queue.declare()
+            queue.delete()
+
+
+@contextlib.contextmanager
 def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
     """Run `count` worker processes on a queue of their own until the block exits.
 
     They are started as the Procfile starts them, with `env` over the benchmark's environment.
     """
-    queue = f"bench-{uuid.uuid4().hex[:12]}"
-    previous_queue = app.conf.task_default_queue
-    app.conf.task_default_queue = queue  # Where this process sends the steps.
     database = connection.settings_dict
-    env = {
-        **os.environ,
-        "DATABASE_URL": (
-            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
-            f"/{database['NAME']}"
-        ),
-        "CELERY_TASK_DEFAULT_QUEUE": queue,
-        "HELIX_AGENTS": "bench.agents",
-        "DEBUG": "false",
-        "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
-        # PostgreSQL names the workers' connections so (`pg_stat_activity.application_name`).
-        "PGAPPNAME": WORKER_APPLICATION_NAME,
-        **env,
-    }
-    with tempfile.TemporaryDirectory(prefix="helix-bench-workers-") as folder:
+    with (
+        own_queue("bench") as queue,
+        tempfile.TemporaryDirectory(prefix="helix-bench-workers-") as folder,
+    ):
+        env = {
+            **os.environ,
+            "DATABASE_URL": (
+                f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
+                f"/{database['NAME']}"
+            ),
+            "CELERY_TASK_DEFAULT_QUEUE": queue,
+            "HELIX_AGENTS": "bench.agents",
+            "DEBUG": "false",
+            "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
+            # PostgreSQL names the workers' connections so (`pg_stat_activity.application_name`).
+            "PGAPPNAME": WORKER_APPLICATION_NAME,
+            **env,
+        }
+        previous_queue = app.conf.task_default_queue
+        app.conf.task_default_queue = queue  # Where this process sends the steps.
         logs = [Path(folder) / f"worker-{n}.log" for n in range(count)]
         names = [f"{queue}-{n}@bench" for n in range(count)]
         workers = [_start_worker(name, log, env) for name, log in zip(names, logs, strict=True)]
@@ -311,8 +330,6 @@ def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
             yield Workers(workers, logs)
         finally:
             app.conf.task_default_queue = previous_queue
-            with app.connection_for_write() as broker:  # RabbitMQ would keep it for ever.
-                broker.default_channel.queue_delete(queue)
             for worker in workers:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(worker.pid, signal.SIGTERM)

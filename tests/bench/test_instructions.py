@@ -4,7 +4,6 @@ side takes its runs to their end."""
 import shutil
 import subprocess
 import sys
-import uuid
 
 import pytest
 from celery import current_app
@@ -16,6 +15,7 @@ from bench.counted import MARK
 from bench.floor import FloorTables
 from bench.instructions import count_instructions
 from bench.raw import connect
+from bench.steps import own_queue
 from sessions_app.models import Run
 from tests.live import ROOT, live_env
 
@@ -52,28 +52,30 @@ def test_each_counted_side_takes_its_runs_to_their_end(tmp_path, django_user_mod
         agent_session_create(user=owner, agent_type=agents.INSTANT_WAITER_AGENT_TYPE).session_id
         for _ in range(2)
     ]
-    queue = f"test-counted-{uuid.uuid4().hex[:12]}"  # The starts' step tasks; no worker reads it.
-    env = live_env(tmp_path, CELERY_TASK_DEFAULT_QUEUE=queue, HELIX_AGENTS="bench.agents")
-    try:
-        with connect(connection.settings_dict, like_django=False) as raw, FloorTables(raw) as floor:
-            theirs = floor.new_sessions(2)
-            for side, session_ids in (("ours", ours), ("floor", theirs)):
-                listed = tmp_path / side
-                listed.write_text("\n".join(session_ids))
-                done = subprocess.run(
-                    [sys.executable, "-m", "bench.counted", side, str(owner.pk), str(listed)],
-                    cwd=ROOT,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                    check=False,
-                )
-                assert done.returncode == 0, done.stderr
-            assert sorted(floor.ended_among(theirs)) == sorted(theirs)
-    finally:
-        with current_app.connection_for_write() as broker:
-            broker.default_channel.queue_delete(queue)
+    with (
+        own_queue("test-counted") as queue,  # The starts' step tasks; no worker reads it.
+        connect(connection.settings_dict, like_django=False) as raw,
+        FloorTables(raw) as floor,
+    ):
+        env = live_env(tmp_path, CELERY_TASK_DEFAULT_QUEUE=queue, HELIX_AGENTS="bench.agents")
+        theirs = floor.new_sessions(2)
+        for side, session_ids in (("ours", ours), ("floor", theirs)):
+            listed = tmp_path / side
+            listed.write_text("\n".join(session_ids))
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.counted", side, str(owner.pk), str(listed)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, done.stderr
+        assert sorted(floor.ended_among(theirs)) == sorted(theirs)
+    # The starts' tasks went with their queue.
+    with current_app.connection_for_write() as broker, pytest.raises(broker.channel_errors):
+        broker.default_channel.queue_declare(queue, passive=True)
 
     runs = Run.objects.filter(session_id__in=ours)
     assert sorted((run.status, run.step_count) for run in runs) == [("completed", 3)] * 2
