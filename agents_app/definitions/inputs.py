@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from pydantic.alias_generators import to_camel
 
 from sessions_app import errors
+from sessions_app.storable import unstorable_character, unstorable_text
 from sessions_app.stores.types import Message, MessageRole
 
 # An attachment's decoded size limit.
@@ -52,28 +53,40 @@ _USER_MESSAGES: TypeAdapter[list[UserInputMessage]] = TypeAdapter(UserMessages)
 
 
 class InvalidInput(errors.InvalidInput):
-    """The run's input does not have the shape the reference gives it."""
+    """The run's input does not have the shape the reference gives it, or holds what no
+    database stores."""
 
-    def __init__(self, error: ValidationError) -> None:
-        problems = [
-            {"location": ".".join(["message", *map(str, item["loc"])]), "problem": item["msg"]}
-            for item in error.errors(include_url=False)
-        ]
+    def __init__(self, problems: list[dict[str, str]]) -> None:
         summary = "; ".join(f"{p['location']}: {p['problem']}" for p in problems)
         super().__init__(f"Invalid input: {summary}", problems=problems)
+
+    @classmethod
+    def of_validation(cls, error: ValidationError) -> "InvalidInput":
+        """Return the error naming what pydantic found wrong, each where it is."""
+        return cls(
+            [
+                {"location": ".".join(["message", *map(str, item["loc"])]), "problem": item["msg"]}
+                for item in error.errors(include_url=False)
+            ]
+        )
 
 
 def input_messages(message: Any) -> list[Message]:
     """Return the user messages a run's input describes; raise `InvalidInput` if it is not one.
 
-    The input is a string, or a non-empty list of `UserInputMessage`.
+    The input is a string, or a non-empty list of `UserInputMessage`, with no character that
+    no database stores (`sessions_app.storable`): the API refuses those before they get here,
+    and code calling the services directly is told so too, on every database alike.
     """
+    if kind := unstorable_character(message):
+        problem = f"holds {unstorable_text(kind)}, which no database stores"
+        raise InvalidInput([{"location": "message", "problem": problem}])
     if isinstance(message, str):
         return [Message(role=MessageRole.USER, content=message)]
     try:
         parsed = _USER_MESSAGES.validate_python(message, by_alias=True, by_name=False)
     except ValidationError as error:
-        raise InvalidInput(error) from None
+        raise InvalidInput.of_validation(error) from None
     return [
         Message(
             role=MessageRole.USER,

@@ -148,7 +148,7 @@ class InMemorySessionStateStore(SessionStateStore):
             parent_session_id=parent_session_id or None,
             root_session_id=root_session_id or None,
             owner_id=owner_id,
-            user_id=user_id or None,
+            user_id=rules.check_name(user_id or "", "user id") or None,
             tags=rules.check_tags(tags),
             metadata=rules.check_metadata(metadata or {}),
             custom_state=_json(custom_state),

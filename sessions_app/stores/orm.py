@@ -194,7 +194,7 @@ class ORMSessionStateStore(SessionStateStore):
             parent_session_id=parent_session_id or "",
             root_session_id=root_session_id or "",
             owner_id=owner_id,
-            user_id=user_id or "",
+            user_id=rules.check_name(user_id or "", "user id"),
             tags=rules.check_tags(tags),
             metadata=rules.check_metadata(metadata or {}),
             custom_state=custom_state,

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from sessions_app.errors import MessageIdConflict, StateSizeExceeded
 from sessions_app.models import generate_id
+from sessions_app.storable import unstorable_character, unstorable_text
 from sessions_app.stores.types import (
     NEW_ROOT,
     AppendOp,
@@ -50,7 +51,7 @@ def check_name(value: Any, kind: str = "name") -> str:
     """Return `value` if it is a usable session name (or model, or source), else raise."""
     if not isinstance(value, str) or len(value) > MAX_IDENTIFIER_LENGTH:
         raise ValueError(f"{kind} must be a string of at most {MAX_IDENTIFIER_LENGTH} characters.")
-    return value
+    return _check_storable(kind, value)
 
 
 def check_identifier(kind: str, value: Any) -> str:
@@ -59,6 +60,14 @@ def check_identifier(kind: str, value: Any) -> str:
         raise ValueError(
             f"{kind} must be a non-empty string of at most {MAX_IDENTIFIER_LENGTH} characters."
         )
+    return _check_storable(kind, value)
+
+
+def _check_storable[Value](kind: str, value: Value) -> Value:
+    """Return `value` if every database stores its strings, else raise `ValueError` naming
+    `kind` and what it holds (`sessions_app.storable`): on PostgreSQL the write would fail."""
+    if found := unstorable_character(value):
+        raise ValueError(f"{kind} must not hold {unstorable_text(found)}.")
     return value
 
 
@@ -80,7 +89,7 @@ def check_tags(tags: Any) -> list[str]:
     """Return `tags` as a list if it is a sequence of strings, else raise `ValueError`."""
     if isinstance(tags, str | bytes) or not all(isinstance(tag, str) for tag in tags):
         raise ValueError("tags must be a list of strings.")
-    return list(tags)
+    return _check_storable("tags", list(tags))
 
 
 def check_metadata(metadata: Any) -> dict[str, str]:
@@ -89,7 +98,7 @@ def check_metadata(metadata: Any) -> dict[str, str]:
         isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()
     ):
         raise ValueError("metadata must map strings to strings.")
-    return dict(metadata)
+    return _check_storable("metadata", dict(metadata))
 
 
 LABEL_FIELDS = ("tags", "metadata", "expires_at")

@@ -53,6 +53,23 @@ def test_bad_input_is_refused_naming_where(message, location):
     assert location in {p["location"] for p in caught.value.details["problems"]}
 
 
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        ("a\x00b", "a NUL character"),
+        ("a\ud800b", "an unpaired surrogate"),
+        ([{"content": "x", "metadata": {"n\x00te": 1}}], "a NUL character"),
+    ],
+)
+def test_what_no_database_stores_is_refused(message, problem):
+    with pytest.raises(InvalidInput) as caught:
+        input_messages(message)
+
+    assert caught.value.details["problems"] == [
+        {"location": "message", "problem": f"holds {problem}, which no database stores"}
+    ]
+
+
 def test_files_over_the_size_limit_are_refused():
     big = (
         "data:application/octet-stream;base64,"

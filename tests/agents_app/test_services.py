@@ -179,6 +179,29 @@ def test_bad_input_and_unknown_agents_write_nothing(owner):
     assert not AgentSession.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        ("a\x00b", "holds a NUL character"),
+        ([{"content": "x", "metadata": {"note": "\ud800"}}], "holds an unpaired surrogate"),
+    ],
+)
+def test_input_no_database_stores_is_refused_before_anything_is_written(owner, message, problem):
+    session_id = services.agent_session_create(user=owner, agent_type="counter").session_id
+
+    with pytest.raises(InvalidInput, match=problem) as caught:
+        services.agent_start(
+            user=owner, agent_type="counter", message=message, session_id=session_id
+        )
+
+    assert caught.value.details["problems"] == [
+        {"location": "message", "problem": f"{problem}, which no database stores"}
+    ]
+    state = get_session_store().load_state(session_id)
+    assert (state.message_count, state.version) == (0, 1)
+    assert get_session_store().get_current_run(session_id) is None
+
+
 def test_states_that_refuse_each_control(owner):
     started = services.agent_start(user=owner, agent_type="counter", message="add 1")
     session_id = started.session_id

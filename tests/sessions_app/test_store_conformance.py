@@ -183,7 +183,7 @@ def test_creating_a_taken_id_raises_and_leaves_the_session_alone(store):
     assert (state.agent_type, state.tags) == ("assistant", ["original"])
 
 
-@pytest.mark.parametrize("bad_id", ["", "x" * 256])
+@pytest.mark.parametrize("bad_id", ["", "x" * 256, "a\x00b", "a\udc00b"])
 def test_create_session_rejects_unusable_ids(store, bad_id):
     with pytest.raises(ValueError, match="session id"):
         store.create_session(bad_id, agent_type="assistant")
@@ -208,6 +208,43 @@ def test_tags_and_metadata_must_be_strings(store, session_id, labels, problem):
 
     assert not store.session_exists("labelled")
     assert store.load_state(session_id).version == 1
+
+
+@pytest.mark.parametrize(
+    ("labels", "problem"),
+    [
+        ({"tags": ["ok", "n\x00l"]}, "tags must not hold a NUL character"),
+        ({"metadata": {"k\x00": "v"}}, "metadata must not hold a NUL character"),
+        ({"metadata": {"k": "\ud800"}}, "metadata must not hold an unpaired surrogate"),
+    ],
+)
+def test_labels_no_database_stores_are_refused(store, session_id, labels, problem):
+    with pytest.raises(ValueError, match=problem):
+        store.create_session("labelled", agent_type="assistant", **labels)
+    with pytest.raises(ValueError, match=problem):
+        store.save_state(session_id, dataclasses.replace(store.load_state(session_id), **labels))
+    with pytest.raises(ValueError, match=problem):
+        store.update_labels(session_id, labels)
+
+    assert not store.session_exists("labelled")
+    state = store.load_state(session_id)
+    assert (state.version, state.tags, state.metadata) == (1, [], {})
+
+
+@pytest.mark.parametrize(
+    ("names", "problem"),
+    [
+        ({"name": "n\x00"}, "name must not hold a NUL character"),
+        ({"model": "m\ud800"}, "model must not hold an unpaired surrogate"),
+        ({"source": "s\x00"}, "source must not hold a NUL character"),
+        ({"user_id": "u\x00"}, "user id must not hold a NUL character"),
+    ],
+)
+def test_names_no_database_stores_are_refused(store, names, problem):
+    with pytest.raises(ValueError, match=problem):
+        store.create_session("named", agent_type="assistant", **names)
+
+    assert not store.session_exists("named")
 
 
 def test_session_exists_answers_for_missing_sessions(store):
