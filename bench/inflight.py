@@ -1,7 +1,7 @@
 """Conversations in flight: many runs whose model takes a second a step, on the production layout.
 
-Daphne and two Celery workers run as the Procfile starts them (a threads pool; database
-connections from a pool), on PostgreSQL and Redis. For each size N, N sessions each run
+Daphne and four Celery workers (two a core) run as the Procfile starts them (a threads pool;
+database connections from a pool), on PostgreSQL and Redis. For each size N, N sessions each run
 `bench-waiter` (3 steps, each a model reply streamed over 1 s, then a tool call; the last
 answers), all started at once, while a WebSocket client follows some of them. The ideal is N
 steps per second: every step waiting on its model at the same time. Reported beside it:
@@ -68,6 +68,7 @@ from bench.raw import connect
 from bench.scaleout import signed_in_owner
 from bench.steps import (
     WORKER_APPLICATION_NAME,
+    WORKER_POOL,
     WORKER_PROCESSES,
     Workers,
     floor_steps_per_second,
@@ -81,15 +82,15 @@ from sessions_app.models import Checkpoint, Run
 
 LEGEND = (
     "In flight: N sessions each running 3 steps of a model that streams its reply over 1 s, "
-    "on Daphne and 2 Celery workers as the Procfile starts them (threads pool, pooled "
-    "connections), PostgreSQL and Redis; the ideal is N steps/s. The saturation figure is "
+    f"on Daphne and {WORKER_PROCESSES} Celery workers as the Procfile starts them (threads pool, "
+    "pooled connections), PostgreSQL and Redis; the ideal is N steps/s. The saturation figure is "
     "bench.steps' (an instant model) on the same workers in the same run; the same steps at "
     "once are the waiter's runs with its replies given without the wait."
 )
 SIZES, QUICK_SIZES = (100, 500, 1000), (20,)
 # Threads per worker process: every step in flight has one, with room to spare.
-THREADS_PER_WORKER = 600
-DATABASE_POOL = 20  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
+THREADS_PER_WORKER = 300
+DATABASE_POOL = WORKER_POOL  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
 # Threads starting the runs: many users at once. Each start waits on the database most of its

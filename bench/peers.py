@@ -9,10 +9,10 @@ order. The peers do less than we do (no version check, no staging, no sequence g
 a ratio above 1 is the price of those.
 
 End to end: runs of `bench.agents.STEPS_PER_RUN` steps, each step a scripted model's instant
-reply and, but for the last, one tool call, at 1 and at 50 concurrent runs on 2 processes: a
+reply and, but for the last, one tool call, at 1 and at 50 concurrent runs on 4 processes: a
 LangGraph `StateGraph` loop checkpointing every step (`PostgresSaver`, `durability="sync"`) and
 a DBOS workflow whose model and tool calls are steps, each peer on a database of its own,
-against our steps per second on 2 Celery workers as `bench.steps` runs them. One side runs at
+against our steps per second on 4 Celery workers as `bench.steps` runs them. One side runs at
 a time (all at once would pass PostgreSQL's default `max_connections`), and the sides take
 turns, a round each, in an order that rotates: the host's speed drifts within minutes, and so
 reaches every side alike.
@@ -45,8 +45,9 @@ LEGEND = (
     "Peers: LangGraph's PostgresSaver and the OpenAI Agents SDK's SQLAlchemySession on the same "
     "PostgreSQL, in their own virtualenv and process, against our store's step commit, state "
     "load, append and read, each side timing its own call, the sides alternating call by call; "
-    "then whole runs: a LangGraph loop and a DBOS workflow on 2 processes against our runs on "
-    "2 Celery workers, in steps per second."
+    "then whole runs: a LangGraph loop and a DBOS workflow on "
+    f"{steps.WORKER_PROCESSES} processes against our runs on {steps.WORKER_PROCESSES} Celery "
+    "workers, in steps per second."
 )
 PEERS_PYTHON = Path(__file__).resolve().parent / ".venv-peers" / "bin" / "python"
 READ_MESSAGES = 100
@@ -55,7 +56,7 @@ RUN_PEERS = {"langgraph": "LangGraph", "dbos": "DBOS"}
 OURS = "Helix"
 SESSIONS = steps.CONCURRENT_SESSIONS
 # Connections per peer process, as many as a Helix worker's pool holds.
-PEER_POOL_SIZE = 20
+PEER_POOL_SIZE = steps.WORKER_POOL
 # Ours at 50 sessions over the best peer's, at least.
 BEST_PEER_TARGET = 1.0
 

@@ -1,4 +1,4 @@
-"""The production layout under load: 2 Daphne processes and 2 Celery workers on one PostgreSQL and
+"""The production layout under load: 2 Daphne processes and 4 Celery workers on one PostgreSQL and
 one Redis, with a streaming WebSocket client on every session.
 
 Every session is created and its client connected first, to the two Daphne processes in turn;
@@ -36,7 +36,8 @@ from sessions_app.stores.types import SessionStatus
 from streams_app.backends import get_stream_manager
 
 LEGEND = (
-    "Scale-out: the production layout, 2 Daphne processes and 2 Celery worker processes over "
+    f"Scale-out: the production layout, 2 Daphne processes and {WORKER_PROCESSES} Celery worker "
+    "processes over "
     "PostgreSQL and Redis, runs of the benchmark agent each followed by a WebSocket client "
     "(half on each Daphne) connected before the runs start; latency is a chunk's arrival at "
     "its client less its write time."

@@ -1,6 +1,7 @@
 """Agent steps per second on real Celery workers, against raw baselines in the same run.
 
-Two worker processes consume a queue of their own on the throwaway database and Redis. A run of
+Four worker processes (two a core, as the README's production layout has them) consume a queue
+of their own on the throwaway database and Redis. A run of
 the benchmark agent (`bench.agents`) takes ten steps, each a Celery task that streams text,
 runs a tool and commits. Runs start through `agent_start`, as the API starts them, and a run's
 time ends when its last step has committed the run's end. The same workers run the raw floor
@@ -35,7 +36,7 @@ from helix_project.celery import app
 from sessions_app.models import Run
 
 LEGEND = (
-    "Agent steps: the benchmark agent's runs on 2 Celery worker processes over "
+    "Agent steps: the benchmark agent's runs on Celery worker processes (two a core) over "
     "PostgreSQL and Redis, each step a task that streams text, runs one tool and commits; "
     "the raw floor is a bare task chain on the same workers doing a step's least SQL with "
     "psycopg (bench.floor); the raw commit is one raw psycopg step commit (the same SQL as "
@@ -43,7 +44,12 @@ LEGEND = (
 )
 TITLE = "Agent steps on Celery workers vs raw baselines"
 ROOT = Path(__file__).resolve().parents[1]
-WORKER_PROCESSES = 2
+# Two a core of the 2-core machines it runs on: each runs its Python one thread at a time, so
+# two keep a core busy while the other's threads wait on the database (README, "The production
+# layout").
+WORKER_PROCESSES = 4
+# Connections per worker process (DATABASE_POOL_MAX_SIZE): 40 in all, as two of 20 had.
+WORKER_POOL = 10
 WORKER_APPLICATION_NAME = "helix-bench-worker"
 CONCURRENT_SESSIONS = (1, 50)
 # Ours over the raw floor in steps per second, at most: a step costs little beyond the floor.
@@ -318,6 +324,7 @@ def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
             "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret"),
             # PostgreSQL names the workers' connections so (`pg_stat_activity.application_name`).
             "PGAPPNAME": WORKER_APPLICATION_NAME,
+            "DATABASE_POOL_MAX_SIZE": str(WORKER_POOL),
             **env,
         }
         previous_queue = app.conf.task_default_queue
