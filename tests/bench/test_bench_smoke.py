@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.steps import WORKER_PROCESSES
 from tests.services import RABBITMQ_URL, require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +79,8 @@ def test_quick_in_flight_bench_reports_its_share_connections_and_fairness(live_p
 @pytest.mark.postgres
 def test_quick_scaleout_completes_every_run_and_checks_every_transcript(live_parts) -> None:
     result = live_parts
-    assert "Scale-out: 20 sessions over 2 Daphne and 2 Celery worker processes" in result.stdout
+    workers = f"{WORKER_PROCESSES} Celery worker processes"
+    assert f"Scale-out: 20 sessions over 2 Daphne and {workers}" in result.stdout
     # The run stops unless every client got exactly its session's stored log.
     assert "every client's transcript equalled the stored log (20 of 20)" in result.stdout
     for metric in ("runs/s", "steps/s", "chunks/s", "p50 ms", "p99 ms"):
