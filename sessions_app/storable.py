@@ -4,8 +4,9 @@ No NUL character (PostgreSQL refuses it in a text and in JSON) and no unpaired s
 (neither database's UTF-8 holds one; a decoded JSON string holds a surrogate only unpaired).
 Input holding one is refused (`unstorable_character`: the API's middleware, the sockets' frames,
 the MCP server, the admin's addresses, and what developers' code gives: agent state, initial
-states, a run's input, a session's labels, names and ids); what models and tools produce, which the runtime stores but does not choose, is
-stored with U+FFFD in its place (`storable`), alike on both databases.
+states, a run's input, a session's labels, names and ids); what models and tools produce, which
+the runtime stores but does not choose, is stored with U+FFFD in its place (`storable`), alike
+on both databases.
 """
 
 import re
