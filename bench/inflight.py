@@ -90,7 +90,6 @@ LEGEND = (
 SIZES, QUICK_SIZES = (100, 500, 1000), (20,)
 # Threads per worker process: every step in flight has one, with room to spare.
 THREADS_PER_WORKER = 300
-DATABASE_POOL = WORKER_POOL  # Connections per worker process (DATABASE_POOL_MAX_SIZE).
 DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
 # Threads starting the runs: many users at once. Each start waits on the database most of its
@@ -120,9 +119,8 @@ def run(options: Options) -> Iterator[Table]:
         "HELIX_AGENTS": "bench.agents",
         "DATABASE_POOL_MAX_SIZE": str(DAPHNE_POOL),
     }
-    pools = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
-    pools["DATABASE_POOL_MAX_SIZE"] = str(DATABASE_POOL)
-    with workers(**pools) as running, daphne(env) as server:
+    threads = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
+    with workers(**threads) as running, daphne(env) as server:
         steps_per_second(owner, warming)
         steps = SATURATION_SESSIONS * agents.STEPS_PER_RUN
         with _CpuMeter(running, server, steps) as saturation_cpu:
@@ -153,7 +151,7 @@ def run(options: Options) -> Iterator[Table]:
     with (
         connect(connection.settings_dict, like_django=False) as raw,
         FloorTables(raw) as floor,
-        workers(**pools) as running,
+        workers(**threads) as running,
     ):
         floors, floor_saturations = _floor_sizes(floor, running, sizes, warming, hops=False)
         hop_floors, hop_saturations = _floor_sizes(floor, running, sizes, warming, hops=True)
@@ -544,7 +542,7 @@ def _table(
     """Return the in-flight table; `floors` ran as ours run (no hop), `hop_floors` a task a hop."""
     rows: list[Row] = []
     notes = []
-    allowed = WORKER_PROCESSES * DATABASE_POOL + DAPHNE_POOL
+    allowed = WORKER_PROCESSES * WORKER_POOL + DAPHNE_POOL
     for result, quiet, floor, hop_floor, saturation, floor_saturation, hop_saturation in zip(
         results,
         unfollowed,
@@ -662,7 +660,7 @@ def _table(
         "share of saturation compares designs that run alike). Each size runs twice, followed "
         "by the clients, then with none: the rows held to a figure measured with no client "
         "(saturation, the same steps at once, the floor) take the second.",
-        f"Connections allowed: {WORKER_PROCESSES} workers x {DATABASE_POOL} + Daphne "
+        f"Connections allowed: {WORKER_PROCESSES} workers x {WORKER_POOL} + Daphne "
         f"{DAPHNE_POOL} = {allowed}; the benchmark's own are not counted.",
         f"Workers: {WORKER_PROCESSES} processes, HELIX_WORKER_CONCURRENCY={THREADS_PER_WORKER}; "
         f"{CLIENTS} WebSocket clients at most; overhead = step wall time less the model's "
