@@ -1,7 +1,8 @@
 """Compare Helix's code paths with raw psycopg and raw Redis doing the same (`python -m bench`)."""
 
 import os
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import quote, urlsplit
 
 import environ
 
@@ -18,3 +19,13 @@ def database_url() -> str:
 def redis_url() -> str:
     """Return `REDIS_URL` if set, else the default local Redis URL."""
     return os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+def settings_database_url(database: dict[str, Any]) -> str:
+    """Return the URL of a Django database's settings, for the processes the benchmark starts;
+    its credentials quoted, its host and port left out where the settings leave them out."""
+    credentials = quote(database["USER"] or "", safe="")
+    if database["PASSWORD"]:
+        credentials += ":" + quote(database["PASSWORD"], safe="")
+    port = f":{database['PORT']}" if database["PORT"] else ""
+    return f"postgres://{credentials}@{database['HOST'] or ''}{port}/{database['NAME']}"

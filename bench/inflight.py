@@ -1,10 +1,11 @@
 """Conversations in flight: many runs whose model takes a second a step, on the production layout.
 
-Daphne and four Celery workers (two a core) run as the Procfile starts them (a threads pool;
-database connections from a pool), on PostgreSQL and Redis. For each size N, N sessions each run
-`bench-waiter` (3 steps, each a model reply streamed over 1 s, then a tool call; the last
-answers), all started at once, while a WebSocket client follows some of them. The ideal is N
-steps per second: every step waiting on its model at the same time. Reported beside it:
+Daphne and the Celery workers of `bench.steps` (two a core) run as the Procfile starts them (a
+threads pool; database connections from a pool), on PostgreSQL and Redis. For each size N, N
+sessions each run `bench-waiter` (3 steps, each a model reply streamed over 1 s, then a tool
+call; the last answers), all started at once, while a WebSocket client follows some of them.
+The ideal is N steps per second: every step waiting on its model at the same time. Reported
+beside it:
 
 - steps/s against that ideal, and against the saturation figure of `bench.steps` (steps with
   an instant model, all the machine can do) measured on the same workers in the same run:
@@ -77,7 +78,7 @@ from bench.steps import (
     watching_runs,
     workers,
 )
-from bench.streams import DAPHNE_APPLICATION_NAME, daphne_env
+from bench.streams import DAPHNE_APPLICATION_NAME, DAPHNE_POOL, daphne_env
 from sessions_app.models import Checkpoint, Run
 
 LEGEND = (
@@ -90,7 +91,6 @@ LEGEND = (
 SIZES, QUICK_SIZES = (100, 500, 1000), (20,)
 # Threads per worker process: every step in flight has one, with room to spare.
 THREADS_PER_WORKER = 300
-DAPHNE_POOL = 4
 CLIENTS = 100  # WebSocket clients following runs, at most.
 # Threads starting the runs: many users at once. Each start waits on the database most of its
 # time, so a few threads would make this process, not Helix, what limits the rate at N=1000.
@@ -114,11 +114,7 @@ def run(options: Options) -> Iterator[Table]:
     # Each side first warms up its workers, and as many pooled connections as saturation uses
     # (each prepares its statements after a few runs of each), as bench.steps does.
     warming = 1 if options.quick else SATURATION_SESSIONS
-    env = {
-        **daphne_env(connection.settings_dict),
-        "HELIX_AGENTS": "bench.agents",
-        "DATABASE_POOL_MAX_SIZE": str(DAPHNE_POOL),
-    }
+    env = {**daphne_env(connection.settings_dict), "HELIX_AGENTS": "bench.agents"}
     threads = {"HELIX_WORKER_CONCURRENCY": str(THREADS_PER_WORKER)}
     with workers(**threads) as running, daphne(env) as server:
         steps_per_second(owner, warming)

@@ -9,13 +9,13 @@ order. The peers do less than we do (no version check, no staging, no sequence g
 a ratio above 1 is the price of those.
 
 End to end: runs of `bench.agents.STEPS_PER_RUN` steps, each step a scripted model's instant
-reply and, but for the last, one tool call, at 1 and at 50 concurrent runs on 4 processes: a
-LangGraph `StateGraph` loop checkpointing every step (`PostgresSaver`, `durability="sync"`) and
-a DBOS workflow whose model and tool calls are steps, each peer on a database of its own,
-against our steps per second on 4 Celery workers as `bench.steps` runs them. One side runs at
-a time (all at once would pass PostgreSQL's default `max_connections`), and the sides take
-turns, a round each, in an order that rotates: the host's speed drifts within minutes, and so
-reaches every side alike.
+reply and, but for the last, one tool call, at 1 and at 50 concurrent runs: a LangGraph
+`StateGraph` loop checkpointing every step (`PostgresSaver`, `durability="sync"`) and a DBOS
+workflow whose model and tool calls are steps, each peer on a database of its own and on as
+many processes as our steps' Celery workers (`bench.steps.WORKER_PROCESSES`), against our steps
+per second on those workers as `bench.steps` runs them. One side runs at a time (all at once
+would pass PostgreSQL's default `max_connections`), and the sides take turns, a round each, in
+an order that rotates: the host's speed drifts within minutes, and so reaches every side alike.
 
 The peers run in processes of their own, from their own virtualenv (`bench/requirements.txt`,
 whose pins conflict with ours), driven by `bench/peer_side.py`.

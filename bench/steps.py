@@ -27,7 +27,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from agents_app.runs.services import agent_start
-from bench import agents
+from bench import agents, settings_database_url
 from bench.floor import FloorTables, floor_run, floor_step
 from bench.harness import Options, Row, Table
 from bench.raw import RawSessionStore, connect
@@ -307,17 +307,13 @@ def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
 
     They are started as the Procfile starts them, with `env` over the benchmark's environment.
     """
-    database = connection.settings_dict
     with (
         own_queue("bench") as queue,
         tempfile.TemporaryDirectory(prefix="helix-bench-workers-") as folder,
     ):
         env = {
             **os.environ,
-            "DATABASE_URL": (
-                f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}"
-                f"/{database['NAME']}"
-            ),
+            "DATABASE_URL": settings_database_url(connection.settings_dict),
             "CELERY_TASK_DEFAULT_QUEUE": queue,
             "HELIX_AGENTS": "bench.agents",
             "DEBUG": "false",
@@ -331,8 +327,10 @@ def workers(count: int = WORKER_PROCESSES, **env: str) -> Iterator[Workers]:
         app.conf.task_default_queue = queue  # Where this process sends the steps.
         logs = [Path(folder) / f"worker-{n}.log" for n in range(count)]
         names = [f"{queue}-{n}@bench" for n in range(count)]
-        workers = [_start_worker(name, log, env) for name, log in zip(names, logs, strict=True)]
-        try:
+        workers: list[subprocess.Popen] = []
+        try:  # Inside: a worker that fails to start leaves none of those before it running.
+            for name, log in zip(names, logs, strict=True):
+                workers.append(_start_worker(name, log, env))
             _wait_ready(workers, names, logs)
             yield Workers(workers, logs)
         finally:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 from django.conf import settings
@@ -19,6 +18,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections
 from django.test import Client
 
+from bench import settings_database_url
 from bench.delivery import Pacing, delivery_tables
 from bench.harness import ORM_COLUMNS, Options, Row, Table, interleave
 from bench.live import Live, daphne
@@ -39,6 +39,7 @@ SUBSCRIBER_COUNTS = (1, 10, 100)
 DELIVERY_P50_TARGETS = {1: 2.0, 10: 2.0, 100: 4.0}
 SSE_SUBSCRIBERS = 10
 DAPHNE_APPLICATION_NAME = "helix-bench-daphne"
+DAPHNE_POOL = 4  # Daphne's pooled database connections.
 REPLAY_CHUNKS, QUICK_REPLAY_CHUNKS = 10_000, 2_000
 REPLAYS, QUICK_REPLAYS = 5, 2
 REPLAY_TARGET_MS = 1000.0
@@ -195,17 +196,11 @@ def daphne_env(database: dict[str, Any]) -> dict[str, str]:
     300 connects on one thread, past Daphne's 5 s handshake timeout on a loaded machine.
     """
     env = {name: value for name, value in os.environ.items() if name != "ALLOWED_HOSTS"}
-    credentials = quote(database["USER"] or "", safe="")
-    if database["PASSWORD"]:
-        credentials += ":" + quote(database["PASSWORD"], safe="")
-    port = f":{database['PORT']}" if database["PORT"] else ""
     return {
         **env,
-        "DATABASE_URL": (
-            f"postgres://{credentials}@{database['HOST'] or ''}{port}/{database['NAME']}"
-        ),
+        "DATABASE_URL": settings_database_url(database),
         "REDIS_URL": settings.REDIS_URL,
-        "DATABASE_POOL_MAX_SIZE": "4",
+        "DATABASE_POOL_MAX_SIZE": str(DAPHNE_POOL),
         "PGAPPNAME": DAPHNE_APPLICATION_NAME,  # The connections' name in `pg_stat_activity`.
         "DEBUG": "false",
         "SECRET_KEY": settings.SECRET_KEY,
