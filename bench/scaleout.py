@@ -1,5 +1,5 @@
-"""The production layout under load: 2 Daphne processes and 4 Celery workers on one PostgreSQL and
-one Redis, with a streaming WebSocket client on every session.
+"""The production layout under load: 2 Daphne processes and the Celery workers of `bench.steps` on
+one PostgreSQL and one Redis, with a streaming WebSocket client on every session.
 
 Every session is created and its client connected first, to the two Daphne processes in turn;
 then the runs start (`agent_start`, as the API starts them, from a thread while the clients
@@ -37,10 +37,9 @@ from streams_app.backends import get_stream_manager
 
 LEGEND = (
     f"Scale-out: the production layout, 2 Daphne processes and {WORKER_PROCESSES} Celery worker "
-    "processes over "
-    "PostgreSQL and Redis, runs of the benchmark agent each followed by a WebSocket client "
-    "(half on each Daphne) connected before the runs start; latency is a chunk's arrival at "
-    "its client less its write time."
+    "processes over PostgreSQL and Redis, runs of the benchmark agent each followed by a "
+    "WebSocket client (half on each Daphne) connected before the runs start; latency is a "
+    "chunk's arrival at its client less its write time."
 )
 SESSIONS, QUICK_SESSIONS = 200, 20
 DAPHNE_PROCESSES = 2

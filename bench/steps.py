@@ -1,13 +1,13 @@
 """Agent steps per second on real Celery workers, against raw baselines in the same run.
 
-Four worker processes (two a core, as the README's production layout has them) consume a queue
-of their own on the throwaway database and Redis. A run of the benchmark agent (`bench.agents`)
-takes ten steps, each a Celery task that streams text, runs a tool and commits. Runs start
-through `agent_start`, as the API starts them, and a run's time ends when its last step has
-committed the run's end. The same workers run the raw floor (`bench.floor`): ten-hop task chains
-doing a step's least SQL with psycopg, timed the same way, and, for reference, the same ten hops
-run in one task each, as ours run a run's steps within a time slice: the floor with no broker
-hop.
+`WORKER_PROCESSES` worker processes (two a core, as the README's production layout has them)
+consume a queue of their own on the throwaway database and Redis. A run of the benchmark agent
+(`bench.agents`) takes ten steps, each a Celery task that streams text, runs a tool and commits.
+Runs start through `agent_start`, as the API starts them, and a run's time ends when its last
+step has committed the run's end. The same workers run the raw floor (`bench.floor`): ten-hop
+task chains doing a step's least SQL with psycopg, timed the same way, and, for reference, the
+same ten hops run in one task each, as ours run a run's steps within a time slice: the floor
+with no broker hop.
 """
 
 import contextlib

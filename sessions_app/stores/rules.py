@@ -48,7 +48,7 @@ _OPTIONAL_TEXT_STATE_FIELDS = ("error", "failure_reason", "abort_reason", "suspe
 
 
 def check_name(value: Any, kind: str = "name") -> str:
-    """Return `value` if it is a usable session name (or model, or source), else raise."""
+    """Return `value` if it is a usable session name (or model, source or user id), else raise."""
     if not isinstance(value, str) or len(value) > MAX_IDENTIFIER_LENGTH:
         raise ValueError(f"{kind} must be a string of at most {MAX_IDENTIFIER_LENGTH} characters.")
     return _check_storable(kind, value)
